@@ -1,0 +1,113 @@
+"""Server settings: one typed object, filled from defaults, then ``AVATAR_*`` env vars, then CLI flags.
+
+Every limit the server enforces lives here so that an operator can see (and change) all of
+them in one place, and so tests can build an app with tiny limits.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+ENV_PREFIX = "AVATAR_"
+Mode = Literal["mirror", "agent"]
+
+
+class IceServer(BaseModel):
+    """One STUN/TURN server, in the shape both aiortc and the browser's RTCIceServer accept."""
+
+    urls: list[str]
+    username: str | None = None
+    credential: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> IceServer:
+        """``stun:host:port`` or ``turn:user:secret@host:port[?transport=udp]``."""
+        scheme, sep, rest = spec.partition(":")
+        if not sep or scheme not in ("stun", "stuns", "turn", "turns") or not rest:
+            raise ValueError(f"bad ICE server {spec!r}: expected stun:host:port or turn:user:pass@host:port")
+        if "@" not in rest:
+            return cls(urls=[spec])
+        creds, _, hostport = rest.rpartition("@")
+        username, _, credential = creds.partition(":")
+        return cls(urls=[f"{scheme}:{hostport}"], username=username or None, credential=credential or None)
+
+
+class Settings(BaseModel):
+    """Everything ``avatar serve`` can be told; env var for field ``x`` is ``AVATAR_X``."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    config: str = "tiny"
+    device: str = "cpu"
+    engine_threads: int = Field(1, ge=1, description="torch intra-op threads for the engine; encoders need the rest")
+    max_sessions: int = Field(2, ge=1)
+    ice_servers: list[IceServer] = Field(default_factory=list)
+    auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
+    record_dir: Path = Path("recordings")
+    default_mode: Mode = "mirror"
+    default_avatar: str | None = None
+    voice: str = "en-us"
+
+    max_sdp_bytes: int = Field(32_768, ge=1024)
+    max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
+    max_text_chars: int = Field(2_000, ge=1)
+    max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
+    max_engine_backlog_s: float = Field(2.0, gt=0, description="audio fed to the engine but not yet turned into frames")
+    mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
+    feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
+    feed_tick_s: float = Field(0.02, gt=0)
+
+    playout_delay_s: float = Field(0.12, ge=0, description="initial playout delay L")
+    playout_min_delay_s: float = Field(0.04, ge=0)
+    playout_max_delay_s: float = Field(1.0, gt=0)
+    playout_capacity_frames: int = Field(64, ge=4)
+
+    offer_timeout_s: float = Field(30.0, gt=0, description="a created session that never gets an offer is reaped")
+    connect_timeout_s: float = Field(20.0, gt=0, description="offer answered but ICE/DTLS never connects")
+    peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP from the peer for this long: it is gone")
+    metrics_interval_s: float = Field(1.0, gt=0)
+
+    @field_validator("ice_servers", mode="before")
+    @classmethod
+    def _parse_ice(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [s for s in value.replace(",", " ").split() if s]
+        if isinstance(value, list):
+            return [IceServer.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``AVATAR_*`` variables, then explicit overrides (CLI flags that were given)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = environ.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
+
+    def check_bind(self) -> None:
+        """Refuse to expose an unauthenticated server beyond this machine."""
+        if self.auth_token or _is_loopback(self.host):
+            return
+        raise ValueError(
+            f"binding {self.host!r} exposes the server beyond this machine: "
+            f"set an auth token (--auth-token or {ENV_PREFIX}AUTH_TOKEN)"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,177 @@
+"""Wire types: HTTP bodies and websocket control messages, all validated with pydantic.
+
+Control messages are JSON objects discriminated by ``type``. Client audio may also arrive
+as a binary websocket message: raw PCM16 little-endian mono, announced by the
+``audio.append`` message just before it (which then carries no ``audio`` field), so the
+sample rate always travels in a typed message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from server.config import IceServer, Mode
+
+MIN_RATE, MAX_RATE = 8_000, 96_000
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- HTTP ----------------------------------------------------------------------------
+
+
+class SessionCreate(_Message):
+    avatar: str | None = Field(None, description="built-in identity name; server default when omitted")
+    mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
+    quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
+    record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
+    voice: str | None = Field(None, max_length=64, description="espeak-ng voice for `speak`")
+    seed: int = 0
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    token: str
+    ice_servers: list[IceServer]
+    mode: Mode
+    avatar: str | None
+    fps: int
+    sample_rate: int
+    width: int
+    height: int
+
+
+class SessionDescription(_Message):
+    sdp: str
+    type: Literal["offer", "answer"]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+# ---- control: client -> server -------------------------------------------------------
+
+
+class Speak(_Message):
+    type: Literal["speak"]
+    text: str = Field(min_length=1)
+    utterance_id: str | None = Field(None, max_length=64)
+    voice: str | None = Field(None, max_length=64)
+
+
+class AudioAppend(_Message):
+    type: Literal["audio.append"]
+    sample_rate: int = Field(ge=MIN_RATE, le=MAX_RATE)
+    audio: str | None = Field(None, description="base64 PCM16 LE mono; omitted: the next binary message carries it")
+
+    @field_validator("audio")
+    @classmethod
+    def _b64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("audio is not valid base64") from exc
+        return value
+
+    def pcm(self) -> bytes | None:
+        return None if self.audio is None else base64.b64decode(self.audio)
+
+
+class AudioCommit(_Message):
+    type: Literal["audio.commit"]
+    utterance_id: str | None = Field(None, max_length=64)
+
+
+class Interrupt(_Message):
+    type: Literal["interrupt"]
+
+
+class Configure(_Message):
+    type: Literal["config"]
+    mode: Mode | None = None
+    voice: str | None = Field(None, max_length=64)
+
+
+class Ping(_Message):
+    type: Literal["ping"]
+    id: str | int | None = None
+
+
+ClientMessage = Annotated[Speak | AudioAppend | AudioCommit | Interrupt | Configure | Ping, Field(discriminator="type")]
+client_message: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+
+
+# ---- control: server -> client -------------------------------------------------------
+
+
+class SessionReady(BaseModel):
+    type: Literal["session.ready"] = "session.ready"
+    session_id: str
+    mode: Mode
+    avatar: str | None
+    fps: int
+    sample_rate: int
+    width: int
+    height: int
+
+
+class UtteranceQueued(BaseModel):
+    type: Literal["utterance.queued"] = "utterance.queued"
+    utterance_id: str
+    duration_s: float
+
+
+class PlaybackStarted(BaseModel):
+    type: Literal["playback.started"] = "playback.started"
+    utterance_id: str
+    pts: float = Field(description="media time (s) of the utterance's first frame played out")
+
+
+class PlaybackFinished(BaseModel):
+    type: Literal["playback.finished"] = "playback.finished"
+    utterance_id: str
+    pts: float | None = Field(description="media time (s) of the last frame played; null if never played")
+    interrupted: bool = False
+
+
+class MetricsEvent(BaseModel):
+    type: Literal["metrics"] = "metrics"
+    fps: float
+    playout_delay_ms: float
+    buffer_depth: int
+    deadline_misses: int
+    frames_played: int
+    frames_generated: int
+    engine_backlog_ms: float
+    av_offset_ms: float | None
+    mic_seconds: float
+
+
+class Pong(BaseModel):
+    type: Literal["pong"] = "pong"
+    id: str | int | None = None
+    server_time: float
+
+
+class ErrorEvent(BaseModel):
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+ServerEvent = (
+    SessionReady | UtteranceQueued | PlaybackStarted | PlaybackFinished | MetricsEvent | Pong | ErrorEvent
+)
