@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from server.playout import PlayoutConfig
+
 ENV_PREFIX = "AVATAR_"
 Mode = Literal["mirror", "agent"]
 
@@ -45,7 +47,9 @@ class Settings(BaseModel):
     port: int = Field(8080, ge=0, le=65535)
     config: str = "tiny"
     device: str = "cpu"
-    engine_threads: int = Field(1, ge=1, description="torch intra-op threads for the engine; encoders need the rest")
+    engine_threads: int = Field(
+        1, ge=1, description="torch intra-op threads for the engine; encoders need the rest"
+    )
     max_sessions: int = Field(2, ge=1)
     ice_servers: list[IceServer] = Field(default_factory=list)
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
@@ -55,20 +59,32 @@ class Settings(BaseModel):
     voice: str = "en-us"
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
-    max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
+    max_control_bytes: int = Field(
+        512 * 1024, ge=1024, description="largest websocket message, text or binary"
+    )
     max_text_chars: int = Field(2_000, ge=1)
-    max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
-    max_engine_backlog_s: float = Field(2.0, gt=0, description="audio fed to the engine but not yet turned into frames")
-    mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
-    feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
+    max_audio_backlog_s: float = Field(
+        60.0, gt=0, description="queued + uncommitted agent speech per session"
+    )
+    max_engine_backlog_s: float = Field(
+        2.0, gt=0, description="audio fed to the engine but not yet turned into frames"
+    )
+    mic_buffer_s: float = Field(
+        0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock"
+    )
+    feed_holdback_s: float = Field(
+        0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)"
+    )
     feed_tick_s: float = Field(0.02, gt=0)
 
-    playout_delay_s: float = Field(0.12, ge=0, description="initial playout delay L")
-    playout_min_delay_s: float = Field(0.04, ge=0)
-    playout_max_delay_s: float = Field(1.0, gt=0)
-    playout_capacity_frames: int = Field(64, ge=4)
+    playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
+    playout_min_delay_s: float = Field(PlayoutConfig.min_delay, ge=0)
+    playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
+    playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
 
-    offer_timeout_s: float = Field(30.0, gt=0, description="a created session that never gets an offer is reaped")
+    offer_timeout_s: float = Field(
+        30.0, gt=0, description="a created session that never gets an offer is reaped"
+    )
     connect_timeout_s: float = Field(20.0, gt=0, description="offer answered but ICE/DTLS never connects")
     peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP from the peer for this long: it is gone")
     metrics_interval_s: float = Field(1.0, gt=0)
@@ -93,6 +109,16 @@ class Settings(BaseModel):
                 values[name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+    def playout(self, fps: int, sample_rate: int) -> PlayoutConfig:
+        return PlayoutConfig(
+            fps=fps,
+            sample_rate=sample_rate,
+            initial_delay=self.playout_delay_s,
+            min_delay=self.playout_min_delay_s,
+            max_delay=self.playout_max_delay_s,
+            capacity_frames=self.playout_capacity_frames,
+        )
 
     def check_bind(self) -> None:
         """Refuse to expose an unauthenticated server beyond this machine."""

@@ -22,26 +22,36 @@ class ServerMetrics:
             "avatar_sessions_rejected", "Session creations refused", ["reason"], registry=r
         )
         self.sessions_closed = Counter("avatar_sessions_closed", "Sessions closed", ["reason"], registry=r)
-        self.frames_generated = Counter("avatar_frames_generated", "Frames produced by the engine", registry=r)
+        self.frames_generated = Counter(
+            "avatar_frames_generated", "Frames produced by the engine", registry=r
+        )
         self.frames_played = Counter("avatar_frames_played", "Video frames released by playout", registry=r)
         self.deadline_misses = Counter(
             "avatar_deadline_misses", "Frames dropped late or repeated for lack of a new one", registry=r
         )
         self.chunk_seconds = Histogram(
-            "avatar_engine_step_seconds", "Engine step compute time (one chunk)", registry=r,
+            "avatar_engine_step_seconds",
+            "Engine step compute time (one chunk)",
+            registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2),
         )
         self.first_frame_seconds = Histogram(
-            "avatar_first_frame_seconds", "Offer received to first video frame played out", registry=r,
+            "avatar_first_frame_seconds",
+            "Offer received to first video frame played out",
+            registry=r,
             buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
         )
         self.playout_delay_seconds = Gauge(
             "avatar_playout_delay_seconds", "Playout delay L, mean over sessions", registry=r
         )
-        self.mic_seconds = Counter("avatar_mic_audio_seconds", "Inbound microphone audio received", registry=r)
+        self.mic_seconds = Counter(
+            "avatar_mic_audio_seconds", "Inbound microphone audio received", registry=r
+        )
         self.speech_seconds = Counter("avatar_speech_audio_seconds", "Agent speech queued", registry=r)
         self.tts_seconds = Histogram(
-            "avatar_tts_seconds", "Text-to-speech synthesis time", registry=r,
+            "avatar_tts_seconds",
+            "Text-to-speech synthesis time",
+            registry=r,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0),
         )
         self.control_messages = Counter(

@@ -17,6 +17,7 @@ from server.protocol import PlaybackFinished, PlaybackStarted
 @dataclass
 class _Span:
     utterance_id: str
+    first_sample: int
     first_frame: int
     last_frame: int | None = None
     interrupted: bool = False
@@ -37,7 +38,7 @@ class PlaybackTracker:
         return len(self._spans)
 
     def begin(self, utterance_id: str, first_sample: int) -> None:
-        self._spans.append(_Span(utterance_id, self._frame_of(first_sample)))
+        self._spans.append(_Span(utterance_id, first_sample, self._frame_of(first_sample)))
 
     def end(self, utterance_id: str, end_sample: int, interrupted: bool = False) -> None:
         """The utterance's last fed sample is ``end_sample - 1``."""
@@ -47,6 +48,13 @@ class PlaybackTracker:
                 span.interrupted = interrupted
                 return
 
+    def cut(self, utterance_id: str, fed_samples: int) -> None:
+        """Interrupted after ``fed_samples`` of it reached the engine: it ends where feeding stopped."""
+        for span in self._spans:
+            if span.utterance_id == utterance_id and span.last_frame is None:
+                self.end(utterance_id, span.first_sample + max(1, fed_samples), interrupted=True)
+                return
+
     def on_played(self, frame_index: int) -> list[PlaybackStarted | PlaybackFinished]:
         events: list[PlaybackStarted | PlaybackFinished] = []
         pts = frame_index / self._fps
@@ -54,7 +62,11 @@ class PlaybackTracker:
             if span.started_pts is None and frame_index >= span.first_frame:
                 span.started_pts = pts
                 events.append(PlaybackStarted(utterance_id=span.utterance_id, pts=pts))
-            if span.started_pts is not None and span.last_frame is not None and frame_index >= span.last_frame:
+            if (
+                span.started_pts is not None
+                and span.last_frame is not None
+                and frame_index >= span.last_frame
+            ):
                 events.append(
                     PlaybackFinished(utterance_id=span.utterance_id, pts=pts, interrupted=span.interrupted)
                 )

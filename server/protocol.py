@@ -28,9 +28,13 @@ class _Message(BaseModel):
 
 class SessionCreate(_Message):
     avatar: str | None = Field(None, description="built-in identity name; server default when omitted")
-    mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
+    mode: Mode | None = Field(
+        None, description="mirror: the microphone drives the avatar; agent: the control API"
+    )
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
-    record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
+    record: bool = Field(
+        False, description="write the session as H.264/AAC MP4 to the server's record folder"
+    )
     voice: str | None = Field(None, max_length=64, description="espeak-ng voice for `speak`")
     seed: int = 0
 
@@ -74,7 +78,9 @@ class Speak(_Message):
 class AudioAppend(_Message):
     type: Literal["audio.append"]
     sample_rate: int = Field(ge=MIN_RATE, le=MAX_RATE)
-    audio: str | None = Field(None, description="base64 PCM16 LE mono; omitted: the next binary message carries it")
+    audio: str | None = Field(
+        None, description="base64 PCM16 LE mono; omitted: the next binary message carries it"
+    )
 
     @field_validator("audio")
     @classmethod
@@ -110,7 +116,9 @@ class Ping(_Message):
     id: str | int | None = None
 
 
-ClientMessage = Annotated[Speak | AudioAppend | AudioCommit | Interrupt | Configure | Ping, Field(discriminator="type")]
+ClientMessage = Annotated[
+    Speak | AudioAppend | AudioCommit | Interrupt | Configure | Ping, Field(discriminator="type")
+]
 client_message: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -153,10 +161,10 @@ class MetricsEvent(BaseModel):
     playout_delay_ms: float
     buffer_depth: int
     deadline_misses: int
-    frames_played: int
+    frames_played: int = Field(description="fresh frames shown (repeats excluded)")
     frames_generated: int
     engine_backlog_ms: float
-    av_offset_ms: float | None
+    av_offset_ms: float
     mic_seconds: float
 
 

@@ -68,7 +68,9 @@ class SpeechQueue:
             utt = self._items[0]
             k = min(n - pos, utt.remaining)
             parts.append(utt.samples[utt.fed : utt.fed + k])
-            segments.append(Segment(utt.id, pos, pos + k, first=utt.fed == 0, last=utt.fed + k == utt.samples.size))
+            segments.append(
+                Segment(utt.id, pos, pos + k, first=utt.fed == 0, last=utt.fed + k == utt.samples.size)
+            )
             utt.fed += k
             pos += k
             if utt.remaining == 0:

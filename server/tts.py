@@ -27,12 +27,20 @@ def available() -> bool:
     return shutil.which(ESPEAK) is not None
 
 
-async def synthesize(text: str, sample_rate: int, voice: str = "en-us", timeout_s: float = 30.0) -> np.ndarray:
+async def synthesize(
+    text: str, sample_rate: int, voice: str = "en-us", timeout_s: float = 30.0
+) -> np.ndarray:
     """Speak ``text`` with espeak-ng; float32 mono at ``sample_rate``."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            ESPEAK, "--stdout", "-v", voice, "--", text,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            ESPEAK,
+            "--stdout",
+            "-v",
+            voice,
+            "--",
+            text,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
     except FileNotFoundError as exc:
         raise TTSError(f"{ESPEAK} is not installed") from exc

@@ -1,0 +1,202 @@
+"""The ASGI app: versioned HTTP API, control websocket, metrics, health, demo page.
+
+``create_app`` takes an already-loaded pipeline (tests, ``avatar serve`` after loading)
+or loads one in its lifespan from the settings. Every error leaves as JSON
+``{"error": {"code", "message"}}`` with the right status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiortc import RTCSessionDescription
+from fastapi import FastAPI, Query, Request, Response, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.pipeline import Pipeline
+from server.config import Settings
+from server.control import serve_control
+from server.errors import ApiError
+from server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from server.presets import DEFAULT_PRESET, preset_pipelines
+from server.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
+from server.rtc import BadOffer
+from server.sessions import SessionManager
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+API = "/v1"
+
+
+def load_pipeline(settings: Settings) -> Pipeline:
+    return Pipeline.from_config(settings.config, device=settings.device, threads=settings.engine_threads)
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def create_app(settings: Settings | None = None, pipeline: Pipeline | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    metrics = ServerMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from engine.avatars import avatar_names
+
+        base = pipeline or await asyncio.to_thread(load_pipeline, settings)
+        manager = SessionManager(settings, preset_pipelines(base), avatar_names(), metrics, DEFAULT_PRESET)
+        app.state.manager = manager
+        manager.start()
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = FastAPI(
+        title="avatar-engine",
+        version="1",
+        lifespan=lifespan,
+        description="Real-time streaming avatar: WebRTC media, websocket control.",
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        headers = {"Retry-After": "5"} if exc.status == 503 else None
+        return _error(exc.status, exc.code, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in errors[:3]
+        )
+        return _error(400, "bad_request", detail or "malformed request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    @app.middleware("http")
+    async def _cap_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        limit = settings.max_sdp_bytes + 4096
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _error(413, "body_too_large", f"request body over {limit} bytes")
+        return await call_next(request)
+
+    def manager(request: Request) -> SessionManager:
+        return request.app.state.manager
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz(request: Request) -> dict:
+        m = manager(request)
+        return {
+            "status": "ok",
+            "sessions": len(m.sessions),
+            "max_sessions": settings.max_sessions,
+            "config": settings.config,
+            "device": settings.device,
+        }
+
+    @app.get("/metrics", tags=["ops"])
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(f"{API}/info", tags=["sessions"])
+    async def info(request: Request) -> dict:
+        m = manager(request)
+        base = m.pipelines[m.default_preset]
+        return {
+            "avatars": m.avatars,
+            "presets": sorted(m.pipelines),
+            "default_preset": m.default_preset,
+            "modes": ["mirror", "agent"],
+            "default_mode": settings.default_mode,
+            "fps": base.fps,
+            "sample_rate": base.sample_rate,
+            "width": base.frame_size[1],
+            "height": base.frame_size[0],
+            "auth_required": settings.auth_token is not None,
+        }
+
+    @app.post(
+        f"{API}/sessions",
+        status_code=201,
+        tags=["sessions"],
+        response_model=SessionCreated,
+        responses={401: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
+    )
+    async def create_session(request: Request, body: SessionCreate | None = None) -> SessionCreated:
+        if settings.auth_token is not None and _bearer(request) != settings.auth_token:
+            raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
+        session = manager(request).create(body or SessionCreate())
+        return SessionCreated(
+            session_id=session.id,
+            token=session.token,
+            ice_servers=settings.ice_servers,
+            mode=session.mode,
+            avatar=session.avatar,
+            fps=session.fps,
+            sample_rate=session.sample_rate,
+            width=session.width,
+            height=session.height,
+        )
+
+    @app.post(
+        f"{API}/sessions/{{session_id}}/offer",
+        tags=["sessions"],
+        response_model=SessionDescription,
+        responses={
+            400: {"model": ErrorResponse},
+            401: {"model": ErrorResponse},
+            404: {"model": ErrorResponse},
+        },
+    )
+    async def offer(session_id: str, body: SessionDescription, request: Request) -> SessionDescription:
+        session = manager(request).get(session_id, _bearer(request))
+        if body.type != "offer":
+            raise ApiError(400, "bad_sdp", "expected an SDP of type 'offer'")
+        if len(body.sdp.encode()) > settings.max_sdp_bytes:
+            raise ApiError(413, "sdp_too_large", f"SDP over {settings.max_sdp_bytes} bytes")
+        try:
+            answer = await session.accept_offer(RTCSessionDescription(sdp=body.sdp, type="offer"))
+        except BadOffer as exc:
+            manager(request).close_soon(session_id, "bad_offer")
+            raise ApiError(400, "bad_sdp", str(exc)) from exc
+        return SessionDescription(sdp=answer.sdp, type="answer")
+
+    @app.delete(
+        f"{API}/sessions/{{session_id}}",
+        status_code=204,
+        tags=["sessions"],
+        responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    )
+    async def delete_session(session_id: str, request: Request) -> Response:
+        manager(request).get(session_id, _bearer(request))
+        await manager(request).close(session_id, "deleted")
+        return Response(status_code=204)
+
+    @app.websocket(f"{API}/sessions/{{session_id}}/control")
+    async def control(ws: WebSocket, session_id: str, token: str | None = Query(None)) -> None:
+        await serve_control(ws, ws.app.state.manager, session_id, token, metrics)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    return app

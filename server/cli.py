@@ -1,0 +1,104 @@
+"""``avatar serve``: flags (each with an ``AVATAR_*`` env-var equivalent) -> settings -> uvicorn.
+
+Hooked into the ``avatar`` console script by ``engine.cli`` via :func:`add_serve_parser`;
+``python -m server.cli`` runs the same thing standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+import uvicorn
+
+from server.config import ENV_PREFIX, Settings
+
+FLAGS: list[tuple[str, str, dict[str, Any]]] = [
+    ("--host", "host", {"help": "bind address (default 127.0.0.1; others need --auth-token)"}),
+    ("--port", "port", {"type": int, "help": "default 8080"}),
+    ("--config", "config", {"help": "engine config name (default tiny)"}),
+    ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
+    ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 1)"}),
+    ("--max-sessions", "max_sessions", {"type": int, "help": "concurrent avatar sessions (default 2)"}),
+    (
+        "--ice-server",
+        "ice_servers",
+        {
+            "action": "append",
+            "metavar": "URL",
+            "help": "stun:host:port or turn:user:pass@host:port; repeatable",
+        },
+    ),
+    ("--auth-token", "auth_token", {"help": "bearer token required to create sessions"}),
+    ("--record-dir", "record_dir", {"help": "folder for sessions created with record=true"}),
+    ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
+    ("--avatar", "default_avatar", {"help": "default avatar identity"}),
+    ("--voice", "voice", {"help": "espeak-ng voice for speak (default en-us)"}),
+]
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the real-time WebRTC server and demo page",
+        description=f"Every flag has an environment variable {ENV_PREFIX}<FIELD> (e.g. {ENV_PREFIX}PORT, "
+        f"{ENV_PREFIX}MAX_SESSIONS, {ENV_PREFIX}ICE_SERVERS space-separated); flags win.",
+    )
+    for flag, field, kwargs in FLAGS:
+        parser.add_argument(flag, dest=field, default=None, **kwargs)
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(func=serve)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(**{field: getattr(args, field, None) for _, field, _ in FLAGS})
+
+
+def serve(args: argparse.Namespace) -> int:
+    from server.app import create_app, load_pipeline
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = settings_from_args(args)
+        settings.check_bind()
+    except ValueError as exc:
+        print(f"avatar serve: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        pipeline = load_pipeline(settings)
+    except (KeyError, RuntimeError) as exc:
+        print(f"avatar serve: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("server").info(
+        "engine %s on %s loaded in %.1f s", settings.config, settings.device, time.perf_counter() - t0
+    )
+    app = create_app(settings, pipeline)
+    print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        ws_max_size=settings.max_control_bytes + 4096,
+        ws_ping_interval=5.0,
+        ws_ping_timeout=5.0,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="avatar")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

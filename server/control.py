@@ -1,0 +1,163 @@
+"""The websocket control socket: typed messages in, session events out.
+
+One reader (validates and applies client messages) and one writer (drains the session's
+event queue) per socket. Bad input never closes the socket: it gets an ``error`` event.
+Only one control socket per session at a time; the socket closes when the session does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+
+from fastapi import WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from server.errors import ApiError, ControlError
+from server.metrics import ServerMetrics
+from server.protocol import (
+    AudioAppend,
+    AudioCommit,
+    ClientMessage,
+    Configure,
+    ErrorEvent,
+    Interrupt,
+    Ping,
+    Pong,
+    Speak,
+    client_message,
+)
+from server.sessions import AvatarSession, SessionManager
+
+CLOSE_SESSION_ENDED = 4000
+CLOSE_BUSY = 4409
+
+
+def close_code(status: int) -> int:
+    """HTTP status as a websocket close code in the private range (401 -> 4401)."""
+    return 4000 + status
+
+
+async def serve_control(
+    ws: WebSocket, manager: SessionManager, session_id: str, token: str | None, metrics: ServerMetrics
+) -> None:
+    await ws.accept()
+    try:
+        session = manager.get(session_id, token)
+    except ApiError as exc:
+        await _refuse(ws, exc.code, exc.message, close_code(exc.status))
+        return
+    if session.control_attached:
+        await _refuse(ws, "control_busy", "this session already has a control socket", CLOSE_BUSY)
+        return
+    session.control_attached = True
+    try:
+        await ControlConnection(ws, session, manager.settings.max_control_bytes, metrics).run()
+    finally:
+        session.control_attached = False
+
+
+async def _refuse(ws: WebSocket, code: str, message: str, close: int) -> None:
+    await ws.send_text(ErrorEvent(code=code, message=message).model_dump_json())
+    await ws.close(code=close, reason=message[:120])
+
+
+class ControlConnection:
+    def __init__(self, ws: WebSocket, session: AvatarSession, max_bytes: int, metrics: ServerMetrics) -> None:
+        self.ws = ws
+        self.session = session
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+        self._binary_rate: int | None = None  # set by an audio.append that announced a binary message
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._read(), name="control-read"),
+            asyncio.create_task(self._write(), name="control-write"),
+            asyncio.create_task(self.session.closed.wait(), name="control-session-closed"),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks[2] in done:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await self.ws.close(
+                    code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}"
+                )
+
+    async def _write(self) -> None:
+        if self.session.started.is_set():
+            self.session.announce_ready()
+        while True:
+            event = await self.session.next_event()
+            await self.ws.send_text(event.model_dump_json())
+
+    async def _read(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            try:
+                if message.get("bytes") is not None:
+                    self._on_binary(message["bytes"])
+                else:
+                    await self._on_text(message.get("text") or "")
+            except ControlError as exc:
+                self.session.emit(ErrorEvent(code=exc.code, message=exc.message))
+
+    def _on_binary(self, data: bytes) -> None:
+        rate, self._binary_rate = self._binary_rate, None
+        if rate is None:
+            raise ControlError(
+                "unexpected_binary", "binary audio must follow an audio.append without `audio`"
+            )
+        if len(data) > self.max_bytes:
+            raise ControlError(
+                "message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}"
+            )
+        self.session.append_audio(data, rate)
+
+    async def _on_text(self, text: str) -> None:
+        if len(text) > self.max_bytes:
+            raise ControlError("message_too_large", f"message of {len(text)} bytes; limit {self.max_bytes}")
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ControlError("bad_json", f"not JSON: {exc.msg} at position {exc.pos}") from exc
+        try:
+            msg: ClientMessage = client_message.validate_python(raw)
+        except ValidationError as exc:
+            raise ControlError("bad_message", _summarize(exc)) from exc
+        self.metrics.control_messages.labels(msg.type).inc()
+        await self._apply(msg)
+
+    async def _apply(self, msg: ClientMessage) -> None:
+        s = self.session
+        match msg:
+            case Speak():
+                s.speak(msg.text, msg.utterance_id, msg.voice)
+            case AudioAppend(audio=None):
+                self._binary_rate = msg.sample_rate
+            case AudioAppend():
+                s.append_audio(msg.pcm() or b"", msg.sample_rate)
+            case AudioCommit():
+                s.commit_audio(msg.utterance_id)
+            case Interrupt():
+                s.interrupt()
+            case Configure():
+                s.configure(msg.mode, msg.voice)
+            case Ping():
+                s.emit(Pong(id=msg.id, server_time=time.time()))
+
+
+def _summarize(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "message"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,139 @@
+"""The always-on feed clock: how much audio the engine gets, and from where, at each tick.
+
+The engine's timeline advances only as fast as audio is fed, so feeding in real time keeps
+frames due at a steady rate. Each tick feeds the samples that wall time has made due: the
+microphone in mirror mode, queued speech in agent mode, silence for whatever is missing.
+If the engine falls behind by more than its backlog cap, due audio is skipped (the
+timeline slips, memory stays bounded) rather than queued without limit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from server.config import Mode
+from server.speech import Segment, SpeechQueue
+
+
+class SampleFifo:
+    """Bounded FIFO of float32 samples; overflow drops the oldest (a stalled reader never grows it)."""
+
+    def __init__(self, max_samples: int) -> None:
+        self.max_samples = max_samples
+        self._chunks: deque[np.ndarray] = deque()
+        self._size = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, samples: np.ndarray) -> None:
+        if samples.size == 0:
+            return
+        self._chunks.append(samples)
+        self._size += samples.size
+        while self._size > self.max_samples:
+            excess = self._size - self.max_samples
+            head = self._chunks[0]
+            if head.size <= excess:
+                self._chunks.popleft()
+                self._size -= head.size
+                self.dropped += head.size
+            else:
+                self._chunks[0] = head[excess:]
+                self._size -= excess
+                self.dropped += excess
+
+    def take(self, n: int) -> np.ndarray:
+        parts: list[np.ndarray] = []
+        need = n
+        while need > 0 and self._chunks:
+            head = self._chunks[0]
+            if head.size <= need:
+                parts.append(self._chunks.popleft())
+                need -= head.size
+            else:
+                parts.append(head[:need])
+                self._chunks[0] = head[need:]
+                need = 0
+        got = n - need
+        self._size -= got
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._size = 0
+
+
+@dataclass
+class FeedBlock:
+    """Audio for timeline samples ``[start, start + len(samples))`` plus where speech sits in it."""
+
+    start: int
+    samples: np.ndarray
+    segments: list[Segment] = field(default_factory=list)
+    skipped: int = 0  # due samples not fed because the engine is too far behind
+
+
+class Feeder:
+    """Pure feed-clock logic; the session calls :meth:`tick` from its event-loop task."""
+
+    def __init__(
+        self,
+        sample_rate: int,
+        speech: SpeechQueue,
+        mic: SampleFifo,
+        holdback_s: float,
+        max_backlog_samples: int,
+        mode: Mode,
+    ) -> None:
+        self.sample_rate = sample_rate
+        self.speech = speech
+        self.mic = mic
+        self.holdback_s = holdback_s
+        self.max_backlog_samples = max_backlog_samples
+        self.mode: Mode = mode
+        self.fed = 0
+        self.skipped = 0
+        self._anchor_time: float | None = None
+        self._anchor_fed = 0
+
+    def prefill(self, n: int) -> FeedBlock:
+        """Silence fed ahead of real time before the clock starts (so the first chunk can run at once)."""
+        assert self._anchor_time is None, "prefill only before the clock starts"
+        block = FeedBlock(self.fed, np.zeros(n, np.float32))
+        self.fed += n
+        return block
+
+    def start(self, now: float) -> None:
+        self._anchor_time = now
+        self._anchor_fed = self.fed
+
+    def due(self, now: float) -> int:
+        if self._anchor_time is None:
+            return 0
+        elapsed = max(0.0, now - self._anchor_time - self.holdback_s)
+        return max(0, self._anchor_fed + int(elapsed * self.sample_rate) - self.fed - self.skipped)
+
+    def tick(self, now: float, generated_samples: int) -> FeedBlock:
+        n = self.due(now)
+        if n == 0:
+            return FeedBlock(self.fed, np.zeros(0, np.float32))
+        if self.fed - generated_samples > self.max_backlog_samples:
+            if self.mode == "mirror":
+                self.mic.take(n)
+            self.skipped += n
+            return FeedBlock(self.fed, np.zeros(0, np.float32), skipped=n)
+        if self.mode == "mirror":
+            got, segments = self.mic.take(n), []
+        else:
+            self.mic.take(len(self.mic))
+            got, segments = self.speech.take(n)
+        block = np.zeros(n, np.float32)
+        block[: got.size] = got
+        out = FeedBlock(self.fed, block, segments)
+        self.fed += n
+        return out

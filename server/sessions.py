@@ -1,0 +1,582 @@
+"""Avatar sessions: one peer, one engine session, one playout, one control socket each.
+
+``AvatarSession`` wires the pieces (feed clock -> engine worker thread -> playout ->
+tracks, speech queue -> playback events) and owns their teardown. ``SessionManager``
+enforces the session cap and reaps sessions whose peer never came or went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from pathlib import Path
+
+import numpy as np
+from aiortc import RTCPeerConnection, RTCSessionDescription
+
+from engine.frames import PublishedFrame
+from engine.pipeline import Pipeline
+from server import tts
+from server.audio import Resampler
+from server.clock import MonotonicClock
+from server.config import Mode, Settings
+from server.errors import ApiError, ControlError
+from server.feeder import Feeder, SampleFifo
+from server.metrics import ServerMetrics
+from server.playback import PlaybackTracker
+from server.playout import PlayoutBuffer, PlayoutClosed, VideoOut
+from server.protocol import (
+    ErrorEvent,
+    MetricsEvent,
+    PlaybackFinished,
+    ServerEvent,
+    SessionCreate,
+    SessionReady,
+    UtteranceQueued,
+)
+from server.recorder import MP4Recorder
+from server.rtc import (
+    PlayoutAudioTrack,
+    PlayoutVideoTrack,
+    answer,
+    consume_microphone,
+    create_peer,
+    last_rtcp_age,
+)
+from server.speech import BacklogFull, SpeechQueue, Utterance
+from server.worker import EngineWorker
+
+log = logging.getLogger(__name__)
+EVENT_QUEUE = 256
+TTS_QUEUE = 16
+PREFILL_LIMIT_S = 3.0
+
+
+class AvatarSession:
+    def __init__(
+        self,
+        session_id: str,
+        options: SessionCreate,
+        settings: Settings,
+        pipeline: Pipeline,
+        metrics: ServerMetrics,
+        record_dir: Path | None,
+    ) -> None:
+        self.id = session_id
+        self.token = secrets.token_urlsafe(24)
+        self.settings = settings
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.avatar = options.avatar
+        self.seed = options.seed
+        self.voice = options.voice or settings.voice
+        self.mode: Mode = options.mode or settings.default_mode
+        self.fps, self.sample_rate = pipeline.fps, pipeline.sample_rate
+        self.height, self.width = pipeline.frame_size
+        self.created_at = time.monotonic()
+        self.offered_at: float | None = None
+        self.first_frame_at: float | None = None
+        self.close_reason: str | None = None
+
+        sr = self.sample_rate
+        self.speech = SpeechQueue(int(settings.max_audio_backlog_s * sr))
+        self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
+        self.feeder = Feeder(
+            sr,
+            self.speech,
+            self.mic,
+            settings.feed_holdback_s,
+            int(settings.max_engine_backlog_s * sr),
+            self.mode,
+        )
+        self.tracker = PlaybackTracker(sr, self.fps)
+        self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
+        self.recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
+
+        self.pc: RTCPeerConnection | None = None
+        self.engine = None
+        self.worker: EngineWorker | None = None
+        self.started = asyncio.Event()
+        self.connected = asyncio.Event()
+        self.closed = asyncio.Event()
+        self.control_attached = False
+        self.ready_pending = False
+        self._events: asyncio.Queue[ServerEvent] = asyncio.Queue(EVENT_QUEUE)
+        self._tasks: set[asyncio.Task] = set()
+        self._closing = False
+        self._draft: list[np.ndarray] = []
+        self._draft_samples = 0
+        self._draft_resampler: tuple[int, Resampler] | None = None
+        self._utt_ids = itertools.count(1)
+        self._generation = 0
+        self._tts_queue: asyncio.Queue[tuple[int, str, str, str]] = asyncio.Queue(TTS_QUEUE)
+        self._tts_task: asyncio.Task | None = None
+        self._loop = asyncio.get_running_loop()
+        self.frames_generated = 0
+        self.generated_samples = 0
+        self.frames_shown = 0
+        self.mic_samples = 0
+        self._reported_misses = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        """Answer the browser's offer and start the engine while ICE/DTLS connect."""
+        if self.pc is not None:
+            raise ApiError(409, "already_offered", "this session already has a peer connection")
+        self.offered_at = time.monotonic()
+        self.pc = pc = create_peer(self.settings.ice_servers)
+        pc.on("track", self._on_track)
+        pc.on("connectionstatechange", self._on_connection_state)
+        video = PlayoutVideoTrack(self.playout, self.fps, self._on_video_played)
+        audio = PlayoutAudioTrack(self.playout, self.sample_rate)
+        description = await answer(pc, offer, video, audio)
+        self._spawn(self._start_media(), "start")
+        return description
+
+    async def _start_media(self) -> None:
+        """Open the engine and compute the first chunk during ICE; start the feed clock once connected.
+
+        The clock starting at connection (not at the offer) keeps connection time out of the
+        mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
+        """
+        try:
+            self.engine = await asyncio.to_thread(
+                self.pipeline.open_session, avatar=self.avatar, seed=self.seed
+            )
+        except Exception as exc:
+            log.exception("session %s: engine failed to start", self.id)
+            self.emit(ErrorEvent(code="engine_failed", message=f"the engine could not start: {exc}"))
+            self._spawn(self.close("engine_failed"), "close")
+            return
+        self._prefill()
+        self.worker = EngineWorker(self.engine, self._deliver_from_worker, name=f"engine-{self.id}")
+        self.worker.start()
+        await self.connected.wait()
+        self.feeder.start(time.monotonic())
+        self._spawn(self._feed_loop(), "feed")
+        self._spawn(self._metrics_loop(), "metrics")
+        self.started.set()
+        self.announce_ready()
+
+    def _prefill(self) -> None:
+        """Silence ahead of real time until the first chunk can run: the first frame needs no waiting."""
+        step = self.sample_rate // self.fps
+        while not self.engine.ready() and self.feeder.fed < PREFILL_LIMIT_S * self.sample_rate:
+            self.engine.feed(self.feeder.prefill(step).samples)
+
+    async def close(self, reason: str = "closed") -> None:
+        """Free everything this session holds; idempotent, safe from any task."""
+        if self._closing:
+            await self.closed.wait()
+            return
+        self._closing = True
+        self.close_reason = reason
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        self.playout.close()
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.stop)
+        if self.recorder is not None:
+            await asyncio.to_thread(self.recorder.close)
+        if self.pc is not None:
+            await self.pc.close()
+        others = [t for t in self._tasks if t is not current]
+        if others:
+            await asyncio.gather(*others, return_exceptions=True)
+        self.engine = None
+        self.closed.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=f"{self.id}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- peer callbacks ------------------------------------------------------------------
+
+    def _on_track(self, track) -> None:
+        if track.kind == "audio":
+            self._spawn(consume_microphone(track, self.sample_rate, self._on_mic), "mic")
+        else:
+            self._spawn(consume_microphone(track, self.sample_rate, lambda _: None), "inbound-video")
+
+    async def _on_connection_state(self) -> None:
+        state = self.pc.connectionState if self.pc is not None else "closed"
+        if state == "connected":
+            self.connected.set()
+        elif state in ("failed", "closed") and not self._closing:
+            self._spawn(self.close(f"peer_{state}"), "close")
+
+    def _on_mic(self, samples: np.ndarray) -> None:
+        self.mic_samples += samples.size
+        self.metrics.mic_seconds.inc(samples.size / self.sample_rate)
+        if self.feeder.mode == "mirror":
+            self.mic.push(samples)
+
+    # ---- engine side ---------------------------------------------------------------------
+
+    async def _feed_loop(self) -> None:
+        tick = self.settings.feed_tick_s
+        while True:
+            block = self.feeder.tick(time.monotonic(), self.generated_samples)
+            if block.samples.size:
+                for seg in block.segments:
+                    if seg.first:
+                        self.tracker.begin(seg.utterance_id, block.start + seg.start)
+                    if seg.last:
+                        self.tracker.end(seg.utterance_id, block.start + seg.end)
+                self.engine.feed(block.samples)
+                self.worker.wake()
+            if self.worker.error is not None:
+                self.emit(
+                    ErrorEvent(code="engine_failed", message=f"the engine stopped: {self.worker.error}")
+                )
+                self._spawn(self.close("engine_failed"), "close")
+                return
+            await asyncio.sleep(tick)
+
+    def _deliver_from_worker(self, frames: list[PublishedFrame], step_s: float) -> None:
+        """Worker thread: record, then hand frames to playout on the loop, waiting while it is full."""
+        self.metrics.chunk_seconds.observe(step_s)
+        last = frames[-1]
+        self.generated_samples = (last.index + 1) * last.sample_rate // last.fps
+        if self.recorder is not None:
+            for frame in frames:
+                self.recorder.submit(frame)
+        future = asyncio.run_coroutine_threadsafe(self._put_frames(frames), self._loop)
+        while not self._closing:
+            try:
+                future.result(timeout=0.5)
+                return
+            except concurrent.futures.TimeoutError:
+                continue
+            except (PlayoutClosed, concurrent.futures.CancelledError):
+                return
+        future.cancel()
+
+    async def _put_frames(self, frames: list[PublishedFrame]) -> None:
+        await self.connected.wait()
+        for frame in frames:
+            await self.playout.put(frame)
+            self.frames_generated += 1
+            self.metrics.frames_generated.inc()
+
+    # ---- playout callbacks (event loop, from the outgoing tracks) -------------------------
+
+    def _on_video_played(self, out: VideoOut) -> None:
+        self.metrics.frames_played.inc()
+        if not out.repeated:
+            self.frames_shown += 1
+        if self.first_frame_at is None and self.offered_at is not None:
+            self.first_frame_at = time.monotonic()
+            self.metrics.first_frame_seconds.observe(self.first_frame_at - self.offered_at)
+        for event in self.tracker.on_played(out.media_slot):
+            self.emit(event)
+
+    # ---- control API ----------------------------------------------------------------------
+
+    def announce_ready(self) -> None:
+        """Queue ``session.ready`` unless one is already waiting to be sent (reconnects get a fresh one)."""
+        if not self.ready_pending:
+            self.ready_pending = True
+            self.emit(
+                SessionReady(
+                    session_id=self.id,
+                    mode=self.mode,
+                    avatar=self.avatar,
+                    fps=self.fps,
+                    sample_rate=self.sample_rate,
+                    width=self.width,
+                    height=self.height,
+                )
+            )
+
+    def emit(self, event: ServerEvent) -> None:
+        """Queue an event for the control socket; the oldest is dropped when nobody reads."""
+        if isinstance(event, ErrorEvent):
+            self.metrics.errors.labels(event.code).inc()
+        if self._events.full():
+            self._events.get_nowait()
+        self._events.put_nowait(event)
+
+    async def next_event(self) -> ServerEvent:
+        event = await self._events.get()
+        if isinstance(event, SessionReady):
+            self.ready_pending = False
+        return event
+
+    def _require_agent(self) -> None:
+        if self.feeder.mode != "agent":
+            raise ControlError(
+                "wrong_mode", 'speech needs agent mode: send {"type": "config", "mode": "agent"}'
+            )
+
+    def _pending_samples(self) -> int:
+        return self.speech.pending_samples + self._draft_samples
+
+    def speak(self, text: str, utterance_id: str | None, voice: str | None) -> str:
+        """Queue text for synthesis (in order, off the socket's reader); returns the utterance id."""
+        self._require_agent()
+        if len(text) > self.settings.max_text_chars:
+            raise ControlError(
+                "text_too_long",
+                f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}",
+            )
+        if self._tts_queue.full():
+            raise ControlError(
+                "tts_busy", f"{self._tts_queue.maxsize} texts are already waiting for synthesis"
+            )
+        uid = utterance_id or f"utt_{next(self._utt_ids)}"
+        self._tts_queue.put_nowait((self._generation, uid, text, voice or self.voice))
+        if self._tts_task is None:
+            self._tts_task = self._spawn(self._tts_loop(), "tts")
+        return uid
+
+    async def _tts_loop(self) -> None:
+        while True:
+            generation, uid, text, voice = await self._tts_queue.get()
+            if generation != self._generation:
+                continue
+            t0 = time.perf_counter()
+            try:
+                samples = await tts.synthesize(text, self.sample_rate, voice)
+            except tts.TTSError as exc:
+                self.emit(ErrorEvent(code="tts_failed", message=f"{uid}: {exc}"))
+                continue
+            self.metrics.tts_seconds.observe(time.perf_counter() - t0)
+            if generation != self._generation:
+                continue
+            try:
+                self._queue_utterance(samples, uid)
+            except ControlError as exc:
+                self.emit(ErrorEvent(code=exc.code, message=f"{uid}: {exc.message}"))
+
+    def append_audio(self, pcm: bytes, sample_rate: int) -> None:
+        self._require_agent()
+        if len(pcm) % 2:
+            raise ControlError("bad_audio", "PCM16 audio must have an even number of bytes")
+        if self._draft_resampler is None or self._draft_resampler[0] != sample_rate:
+            self._flush_draft_resampler()
+            self._draft_resampler = (sample_rate, Resampler(self.sample_rate))
+        incoming = len(pcm) // 2 * self.sample_rate // sample_rate
+        if self._pending_samples() + incoming > self.speech.max_samples:
+            raise ControlError(
+                "audio_backlog",
+                f"pushed audio would exceed the "
+                f"{self.settings.max_audio_backlog_s:.0f} s backlog; wait "
+                f"for playback or send interrupt",
+            )
+        self._add_draft(self._draft_resampler[1].push_pcm16(pcm, sample_rate))
+
+    def _add_draft(self, samples: np.ndarray) -> None:
+        if samples.size:
+            self._draft.append(samples)
+            self._draft_samples += samples.size
+
+    def _flush_draft_resampler(self) -> None:
+        if self._draft_resampler is not None:
+            self._add_draft(self._draft_resampler[1].flush())
+            self._draft_resampler = None
+
+    def commit_audio(self, utterance_id: str | None) -> str:
+        self._require_agent()
+        self._flush_draft_resampler()
+        if not self._draft_samples:
+            raise ControlError("empty_commit", "audio.commit with no audio appended since the last commit")
+        samples = np.concatenate(self._draft)
+        self._draft, self._draft_samples = [], 0
+        return self._queue_utterance(samples, utterance_id)
+
+    def _queue_utterance(self, samples: np.ndarray, utterance_id: str | None) -> str:
+        uid = utterance_id or f"utt_{next(self._utt_ids)}"
+        try:
+            self.speech.append(Utterance(uid, samples), extra_pending=self._draft_samples)
+        except BacklogFull as exc:
+            raise ControlError("audio_backlog", f"speech backlog is full ({exc}); wait or interrupt") from exc
+        except ValueError as exc:
+            raise ControlError("empty_utterance", str(exc)) from exc
+        duration = samples.size / self.sample_rate
+        self.metrics.speech_seconds.inc(duration)
+        self.emit(UtteranceQueued(utterance_id=uid, duration_s=round(duration, 3)))
+        return uid
+
+    def interrupt(self) -> None:
+        """Clear queued, pending and not yet synthesized speech; what was already fed still plays out."""
+        self._generation += 1
+        while not self._tts_queue.empty():
+            self._tts_queue.get_nowait()
+        cut, unstarted = self.speech.clear()
+        self._draft, self._draft_samples, self._draft_resampler = [], 0, None
+        if cut is not None:
+            self.tracker.cut(cut.id, cut.fed)
+        for utt in unstarted:
+            self.emit(PlaybackFinished(utterance_id=utt.id, pts=None, interrupted=True))
+
+    def configure(self, mode: Mode | None, voice: str | None) -> None:
+        if voice is not None:
+            self.voice = voice
+        if mode is not None and mode != self.feeder.mode:
+            if mode == "mirror":
+                self.interrupt()
+            self.mic.clear()
+            self.feeder.mode = self.mode = mode
+
+    # ---- metrics ------------------------------------------------------------------------
+
+    def snapshot(self, fps: float) -> MetricsEvent:
+        stats = self.playout.stats()
+        return MetricsEvent(
+            fps=round(fps, 2),
+            playout_delay_ms=round(stats.delay * 1000, 1),
+            buffer_depth=stats.depth,
+            deadline_misses=stats.deadline_misses,
+            frames_played=stats.frames_shown,
+            frames_generated=self.frames_generated,
+            engine_backlog_ms=round(
+                max(0, self.feeder.fed - self.generated_samples) * 1000 / self.sample_rate, 1
+            ),
+            av_offset_ms=round(stats.av_offset * 1000, 1),
+            mic_seconds=round(self.mic_samples / self.sample_rate, 2),
+        )
+
+    async def _metrics_loop(self) -> None:
+        interval = self.settings.metrics_interval_s
+        last_shown, last_t = self.frames_shown, time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            event = self.snapshot((self.frames_shown - last_shown) / (now - last_t))
+            last_shown, last_t = self.frames_shown, now
+            self.metrics.deadline_misses.inc(event.deadline_misses - self._reported_misses)
+            self._reported_misses = event.deadline_misses
+            self.emit(event)
+
+
+class SessionManager:
+    """All live sessions of one app: the cap, lookup with token checks, and the reaper."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pipelines: dict[str, Pipeline],
+        avatars: list[str],
+        metrics: ServerMetrics,
+        default_preset: str,
+    ) -> None:
+        self.settings = settings
+        self.pipelines = pipelines
+        self.avatars = avatars
+        self.metrics = metrics
+        self.default_preset = default_preset
+        self.sessions: dict[str, AvatarSession] = {}
+        self._reaper: asyncio.Task | None = None
+        self._closing: set[asyncio.Task] = set()
+
+    def create(self, options: SessionCreate) -> AvatarSession:
+        if len(self.sessions) >= self.settings.max_sessions:
+            self.metrics.sessions_rejected.labels("capacity").inc()
+            raise ApiError(
+                503,
+                "at_capacity",
+                f"the server is at its limit of {self.settings.max_sessions} sessions; try again later",
+            )
+        preset = options.quality or self.default_preset
+        if preset not in self.pipelines:
+            raise ApiError(
+                400,
+                "bad_quality",
+                f"unknown quality preset {preset!r}; choose one of: {', '.join(sorted(self.pipelines))}",
+            )
+        if options.avatar is None:
+            options = options.model_copy(update={"avatar": self.settings.default_avatar})
+        if options.avatar is not None and options.avatar not in self.avatars:
+            raise ApiError(
+                400,
+                "bad_avatar",
+                f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.avatars)}",
+            )
+        sid = "s_" + secrets.token_hex(8)
+        record_dir = self.settings.record_dir if options.record else None
+        session = AvatarSession(sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir)
+        self.sessions[sid] = session
+        self.metrics.sessions_created.inc()
+        self.metrics.sessions_active.set(len(self.sessions))
+        return session
+
+    def get(self, session_id: str, token: str | None) -> AvatarSession:
+        session = self.sessions.get(session_id)
+        if session is None or session.closing:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+        if token is None or not secrets.compare_digest(token, session.token):
+            raise ApiError(401, "bad_token", "missing or wrong session token")
+        return session
+
+    async def close(self, session_id: str, reason: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
+        try:
+            await session.close(reason)
+        finally:
+            if self.sessions.pop(session_id, None) is not None:
+                self.metrics.sessions_closed.labels(reason).inc()
+            self.metrics.sessions_active.set(len(self.sessions))
+
+    def close_soon(self, session_id: str, reason: str) -> None:
+        task = asyncio.create_task(self.close(session_id, reason))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(self.close(sid, "shutdown") for sid in list(self.sessions)))
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # ---- reaper ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_loop(), name="session-reaper")
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        await self.close_all()
+
+    async def _reap_loop(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            for sid, session in list(self.sessions.items()):
+                reason = await self.reason_to_reap(session, time.monotonic())
+                if reason is not None:
+                    log.info("reaping session %s: %s", sid, reason)
+                    self.close_soon(sid, reason)
+
+    async def reason_to_reap(self, session: AvatarSession, now: float) -> str | None:
+        s = self.settings
+        if session.closed.is_set() or session.close_reason is not None:
+            return session.close_reason or "closed"
+        pc = session.pc
+        if pc is None:
+            return "no_offer" if now - session.created_at > s.offer_timeout_s else None
+        if pc.connectionState in ("failed", "closed"):
+            return f"peer_{pc.connectionState}"
+        if pc.connectionState != "connected":
+            return "connect_timeout" if now - (session.offered_at or now) > s.connect_timeout_s else None
+        age = await last_rtcp_age(pc)
+        if age is None:
+            return "peer_silent" if now - (session.offered_at or now) > s.connect_timeout_s else None
+        return "peer_timeout" if age > s.peer_timeout_s else None

@@ -1,0 +1,297 @@
+// Demo page: one avatar session = one RTCPeerConnection + one control websocket.
+// No build step; plain ES module. `window.avatarDemo` exposes state for debugging and tests.
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+
+const state = {
+  info: null, session: null, pc: null, ws: null, mic: null,
+  startedAt: 0, stats: {}, events: [], timers: [],
+};
+window.avatarDemo = state;
+
+function setStatus(text, kind = text) {
+  const el = $("status");
+  el.textContent = text;
+  el.className = `status ${kind}`;
+}
+
+function showMessage(text, isError = false) {
+  const el = $("message");
+  el.hidden = !text;
+  el.textContent = text || "";
+  el.classList.toggle("error", isError);
+}
+
+function log(text) {
+  const item = document.createElement("li");
+  item.textContent = `${(performance.now() / 1000).toFixed(2)}s ${text}`;
+  const list = $("log");
+  list.prepend(item);
+  while (list.children.length > 200) list.lastChild.remove();
+}
+
+function authHeaders(token) {
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+async function api(path, { method = "GET", body, token } = {}) {
+  const res = await fetch(path, {
+    method,
+    headers: { "Content-Type": "application/json", ...authHeaders(token) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (res.status === 204) return null;
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const err = data.error || {};
+    throw new Error(`${err.message || res.statusText} (${res.status}${err.code ? ` ${err.code}` : ""})`);
+  }
+  return data;
+}
+
+async function loadInfo() {
+  state.info = await api("/v1/info");
+  const fill = (select, values, chosen) => {
+    select.replaceChildren(...values.map((v) => new Option(v, v, false, v === chosen)));
+  };
+  fill($("avatar"), state.info.avatars, params.get("avatar") || state.info.avatars[0]);
+  fill($("quality"), state.info.presets, params.get("quality") || state.info.default_preset);
+  $("mode").value = params.get("mode") || state.info.default_mode;
+  $("token-row").hidden = !state.info.auth_required;
+  syncVoiceDefault();
+}
+
+function syncVoiceDefault() {
+  // In mirror mode the avatar's voice is your own voice, delayed: muted unless asked for.
+  $("voice").checked = $("mode").value === "agent";
+  $("video").muted = !$("voice").checked;
+}
+
+async function openMicrophone(mode) {
+  if (!navigator.mediaDevices?.getUserMedia) {
+    throw new Error("This page needs a secure context (https or localhost) to use the microphone.");
+  }
+  try {
+    // Browser audio processing would reshape the signal that drives the avatar.
+    return await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
+    });
+  } catch (err) {
+    const refused = err.name === "NotAllowedError" || err.name === "SecurityError";
+    const why = refused ? "Microphone access was refused." : `No usable microphone (${err.name}).`;
+    if (mode === "mirror") {
+      throw new Error(`${why} Mirror mode needs it: allow the microphone, or switch to agent mode.`);
+    }
+    showMessage(`${why} Continuing in agent mode without it.`);
+    return null;
+  }
+}
+
+function waitForIceGathering(pc, timeoutMs = 2000) {
+  if (pc.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => { pc.removeEventListener("icegatheringstatechange", check); resolve(); };
+    const check = () => { if (pc.iceGatheringState === "complete") done(); };
+    pc.addEventListener("icegatheringstatechange", check);
+    setTimeout(done, timeoutMs);
+  });
+}
+
+function watchFirstFrame(video) {
+  const mark = () => {
+    if (state.stats.ttffMs !== undefined) return;
+    state.stats.ttffMs = performance.now() - state.startedAt;
+    state.stats.ttffFromLoadMs = performance.now();
+    $("s-ttff").textContent = `${state.stats.ttffMs.toFixed(0)} ms (page load → frame ${state.stats.ttffFromLoadMs.toFixed(0)} ms)`;
+    log(`first frame after ${state.stats.ttffMs.toFixed(0)} ms`);
+  };
+  if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(mark);
+  else video.addEventListener("loadeddata", mark, { once: true });
+}
+
+function openControl(session) {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}/v1/sessions/${session.session_id}/control?token=${encodeURIComponent(session.token)}`);
+  ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
+  ws.onclose = (ev) => {
+    if (state.ws === ws && state.session) log(`control socket closed (${ev.code}${ev.reason ? ` ${ev.reason}` : ""})`);
+  };
+  const ping = setInterval(() => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ type: "ping", id: Date.now() })), 5000);
+  state.timers.push(ping);
+  return ws;
+}
+
+function onEvent(ev) {
+  state.events.push(ev);
+  if (state.events.length > 500) state.events.shift();
+  switch (ev.type) {
+    case "metrics":
+      $("s-delay").textContent = `${ev.playout_delay_ms.toFixed(0)} ms (buffer ${ev.buffer_depth} frames)`;
+      $("s-misses").textContent = `${ev.deadline_misses}`;
+      $("s-av").textContent = `${ev.av_offset_ms.toFixed(0)} ms`;
+      $("s-mic").textContent = `${ev.mic_seconds.toFixed(1)} s`;
+      state.stats.server = ev;
+      break;
+    case "pong":
+      state.stats.controlRttMs = Date.now() - Number(ev.id);
+      break;
+    case "error":
+      log(`error ${ev.code}: ${ev.message}`);
+      showMessage(ev.message, true);
+      break;
+    default:
+      log(`${ev.type}${ev.utterance_id ? ` ${ev.utterance_id}` : ""}${ev.interrupted ? " (interrupted)" : ""}`);
+  }
+}
+
+async function pollStats() {
+  const pc = state.pc;
+  if (!pc) return;
+  const report = await pc.getStats();
+  const s = state.stats;
+  report.forEach((r) => {
+    if (r.type === "inbound-rtp" && r.kind === "video") {
+      const now = r.timestamp;
+      if (s.lastVideo && now > s.lastVideo.timestamp) {
+        s.fps = ((r.framesDecoded - s.lastVideo.framesDecoded) * 1000) / (now - s.lastVideo.timestamp);
+      }
+      s.lastVideo = { timestamp: now, framesDecoded: r.framesDecoded };
+      s.framesDecoded = r.framesDecoded;
+      s.framesDropped = r.framesDropped ?? 0;
+      s.frameWidth = r.frameWidth;
+    }
+    if (r.type === "inbound-rtp" && r.kind === "audio") s.audioSamplesReceived = r.totalSamplesReceived;
+    if (r.type === "outbound-rtp" && r.kind === "audio") s.micPacketsSent = r.packetsSent;
+    if (r.type === "candidate-pair" && r.nominated && r.state === "succeeded" && r.currentRoundTripTime !== undefined) {
+      s.rttMs = r.currentRoundTripTime * 1000;
+    }
+  });
+  $("s-fps").textContent = s.fps === undefined ? "–" : s.fps.toFixed(1);
+  $("s-frames").textContent = `${s.framesDecoded ?? 0} / ${s.framesDropped ?? 0}`;
+  $("s-rtt").textContent = s.rttMs === undefined ? "–" : `${s.rttMs.toFixed(0)} ms`;
+}
+
+function setRunning(running) {
+  $("start").disabled = running;
+  $("stop").disabled = !running;
+  $("mic").disabled = !running || !state.mic;
+  $("speak").disabled = !running;
+  $("interrupt").disabled = !running;
+  $("avatar").disabled = running;
+  $("quality").disabled = running;
+}
+
+async function start() {
+  showMessage("");
+  setStatus("connecting");
+  setRunning(true);
+  state.startedAt = performance.now();
+  state.stats = {};
+  const mode = $("mode").value;
+  const token = $("token").value || undefined;
+  try {
+    state.mic = await openMicrophone(mode);
+    state.session = await api("/v1/sessions", {
+      method: "POST", token,
+      body: { mode, avatar: $("avatar").value || null, quality: $("quality").value || null },
+    });
+    const pc = new RTCPeerConnection({ iceServers: state.session.ice_servers });
+    state.pc = pc;
+    if (state.mic) pc.addTransceiver(state.mic.getAudioTracks()[0], { direction: "sendrecv" });
+    else pc.addTransceiver("audio", { direction: "recvonly" });
+    pc.addTransceiver("video", { direction: "recvonly" });
+    const video = $("video");
+    pc.ontrack = (ev) => {
+      const stream = ev.streams[0] || (video.srcObject instanceof MediaStream ? video.srcObject : new MediaStream());
+      if (!ev.streams[0]) stream.addTrack(ev.track);
+      if (video.srcObject !== stream) {
+        video.srcObject = stream;
+        watchFirstFrame(video);
+      }
+      video.play().catch(() => showMessage("Click the video to start playback."));
+    };
+    pc.onconnectionstatechange = () => {
+      const st = pc.connectionState;
+      if (st === "connected") { setStatus("live"); showMessage(""); }
+      if (st === "failed") {
+        setStatus("failed", "error");
+        showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
+          + "start it with a STUN/TURN server (--ice-server).", true);
+      }
+      if (st === "disconnected") showMessage("Connection interrupted… trying to recover.");
+    };
+    state.ws = openControl(state.session);
+    await pc.setLocalDescription(await pc.createOffer());
+    await waitForIceGathering(pc);
+    const answer = await api(`/v1/sessions/${state.session.session_id}/offer`, {
+      method: "POST", token: state.session.token,
+      body: { sdp: pc.localDescription.sdp, type: "offer" },
+    });
+    await pc.setRemoteDescription(answer);
+    state.timers.push(setInterval(() => pollStats().catch(() => {}), 1000));
+    $("mic").textContent = "Microphone on";
+    $("mic").setAttribute("aria-pressed", "true");
+    setRunning(true);
+  } catch (err) {
+    setStatus("error");
+    showMessage(`Could not start: ${err.message}`, true);
+    log(`start failed: ${err.message}`);
+    await stop({ keepMessage: true });
+  }
+}
+
+async function stop({ keepMessage = false } = {}) {
+  const { session, pc, ws, mic } = state;
+  state.session = state.pc = state.ws = state.mic = null;
+  state.timers.forEach(clearInterval);
+  state.timers = [];
+  if (session) {
+    await api(`/v1/sessions/${session.session_id}`, { method: "DELETE", token: session.token }).catch(() => {});
+  }
+  ws?.close();
+  pc?.close();
+  mic?.getTracks().forEach((t) => t.stop());
+  $("video").srcObject = null;
+  setRunning(false);
+  if (!keepMessage) { setStatus("idle"); showMessage(""); }
+}
+
+function wire() {
+  $("start").onclick = () => start();
+  $("stop").onclick = () => stop();
+  $("mic").onclick = () => {
+    const track = state.mic?.getAudioTracks()[0];
+    if (!track) return;
+    track.enabled = !track.enabled;
+    $("mic").textContent = track.enabled ? "Microphone on" : "Microphone off";
+    $("mic").setAttribute("aria-pressed", String(track.enabled));
+  };
+  $("mode").onchange = () => {
+    syncVoiceDefault();
+    state.ws?.readyState === WebSocket.OPEN && state.ws.send(JSON.stringify({ type: "config", mode: $("mode").value }));
+  };
+  $("voice").onchange = () => { $("video").muted = !$("voice").checked; $("video").play().catch(() => {}); };
+  $("video").onclick = () => $("video").play().catch(() => {});
+  $("speak-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const text = $("text").value.trim();
+    if (!text || state.ws?.readyState !== WebSocket.OPEN) return;
+    if ($("mode").value !== "agent") {
+      $("mode").value = "agent";
+      $("mode").onchange();
+    }
+    state.ws.send(JSON.stringify({ type: "speak", text }));
+    $("text").value = "";
+  };
+  $("interrupt").onclick = () => state.ws?.send(JSON.stringify({ type: "interrupt" }));
+  window.addEventListener("pagehide", () => {
+    const s = state.session;
+    if (s) fetch(`/v1/sessions/${s.session_id}`, { method: "DELETE", keepalive: true, headers: authHeaders(s.token) });
+  });
+}
+
+wire();
+loadInfo()
+  .then(() => { if (params.get("autostart") === "1") start(); })
+  .catch((err) => { setStatus("error"); showMessage(`Server unreachable: ${err.message}`, true); });
