@@ -177,6 +177,11 @@ def create_app(settings: Settings | None = None, pipeline: Pipeline | None = Non
         except BadOffer as exc:
             manager(request).close_soon(session_id, "bad_offer")
             raise ApiError(400, "bad_sdp", str(exc)) from exc
+        except ApiError:
+            raise
+        except Exception:
+            manager(request).close_soon(session_id, "offer_failed")
+            raise
         return SessionDescription(sdp=answer.sdp, type="answer")
 
     @app.delete(

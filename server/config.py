@@ -67,7 +67,7 @@ class Settings(BaseModel):
         60.0, gt=0, description="queued + uncommitted agent speech per session"
     )
     max_engine_backlog_s: float = Field(
-        2.0, gt=0, description="audio fed to the engine but not yet turned into frames"
+        8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
     )
     mic_buffer_s: float = Field(
         0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock"

@@ -21,7 +21,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from server.audio import Resampler
 from server.config import IceServer
-from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
+from server.playout import PlayoutBuffer, PlayoutClosed, VideoOut
 
 log = logging.getLogger(__name__)
 VIDEO_CLOCK = 90_000
@@ -56,13 +56,10 @@ class PlayoutVideoTrack(MediaStreamTrack):
 class PlayoutAudioTrack(MediaStreamTrack):
     kind = "audio"
 
-    def __init__(
-        self, playout: PlayoutBuffer, sample_rate: int, on_played: Callable[[AudioOut], None]
-    ) -> None:
+    def __init__(self, playout: PlayoutBuffer, sample_rate: int) -> None:
         super().__init__()
         self._playout = playout
         self._rate = sample_rate
-        self._on_played = on_played
 
     async def recv(self) -> av.AudioFrame:
         try:
@@ -75,7 +72,6 @@ class PlayoutAudioTrack(MediaStreamTrack):
         frame.sample_rate = self._rate
         frame.pts = out.pts
         frame.time_base = Fraction(1, self._rate)
-        self._on_played(out)
         return frame
 
 

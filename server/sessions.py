@@ -122,6 +122,7 @@ class AvatarSession:
         self.frames_shown = 0
         self.mic_samples = 0
         self._reported_misses = 0
+        self._overload_reported = False
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -231,6 +232,19 @@ class AvatarSession:
         tick = self.settings.feed_tick_s
         while True:
             block = self.feeder.tick(time.monotonic(), self.generated_samples)
+            if block.skipped and not self._overload_reported:
+                self._overload_reported = True
+                log.warning(
+                    "session %s: engine %.1f s behind, skipping input",
+                    self.id,
+                    self.settings.max_engine_backlog_s,
+                )
+                self.emit(
+                    ErrorEvent(
+                        code="engine_overloaded",
+                        message="the engine is slower than real time on this machine; audio is being skipped",
+                    )
+                )
             if block.samples.size:
                 for seg in block.segments:
                     if seg.first:

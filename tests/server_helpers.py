@@ -1,0 +1,190 @@
+"""Shared pieces of the server tests: the real engine (loaded once), an in-process uvicorn
+server on an ephemeral loopback port, a paced speech track and an aiortc client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import aioice.ice
+import av
+import httpx
+import numpy as np
+import uvicorn
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+from engine.pipeline import Pipeline
+from server.app import create_app
+from server.config import Settings
+from server.tts import _read_wav
+
+ESPEAK_TEXT = "Hello there. I am a talking avatar, and this is what my voice sounds like."
+
+
+@functools.cache
+def tiny_pipeline() -> Pipeline:
+    """The real default engine, one thread (the encoders and the event loop need the other core)."""
+    return Pipeline.from_config("tiny", device="cpu", threads=1)
+
+
+@functools.cache
+def speech_pcm16(rate: int = 16000) -> np.ndarray:
+    """A few seconds of real speech from espeak-ng, int16 mono at ``rate``."""
+    import subprocess
+
+    from server.audio import float_to_pcm16, resample_pcm16
+
+    wav = subprocess.run(["espeak-ng", "--stdout", ESPEAK_TEXT], check=True, capture_output=True).stdout
+    src_rate, pcm = _read_wav(wav)
+    return float_to_pcm16(resample_pcm16(pcm, src_rate, rate))
+
+
+def loopback_only(monkeypatch) -> None:
+    """aioice leaves 127.0.0.1 out of host candidates; in-process tests need exactly that one."""
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
+
+
+def make_settings(**overrides) -> Settings:
+    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2}
+    base.update(overrides)
+    return Settings.model_validate(base)
+
+
+@dataclass
+class Running:
+    url: str
+    app: object
+    http: httpx.AsyncClient
+
+    @property
+    def manager(self):
+        return self.app.state.manager
+
+    @property
+    def ws_url(self) -> str:
+        return "ws" + self.url[len("http") :]
+
+
+@contextlib.asynccontextmanager
+async def running_server(settings: Settings | None = None) -> AsyncIterator[Running]:
+    settings = settings or make_settings()
+    app = create_app(settings, tiny_pipeline())
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                            ws_max_size=settings.max_control_bytes + 4096)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+        try:
+            yield Running(url, app, http)
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(task, 20)
+
+
+class SpeechTrack(MediaStreamTrack):
+    """A microphone stand-in: int16 mono PCM in 20 ms frames, paced in real time, then silence."""
+
+    kind = "audio"
+
+    def __init__(self, pcm: np.ndarray, rate: int = 16000) -> None:
+        super().__init__()
+        self._pcm = pcm
+        self._rate = rate
+        self._n = 0
+        self._start: float | None = None
+        self.sent_samples = 0
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        step = self._rate // 50
+        if self._start is None:
+            self._start = time.monotonic()
+        delay = self._start + self._n * 0.02 - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        chunk = self._pcm[self._n * step : (self._n + 1) * step]
+        chunk = np.pad(chunk, (0, step - chunk.size))
+        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1).astype(np.int16), format="s16", layout="mono")
+        frame.sample_rate = self._rate
+        frame.pts = self._n * step
+        frame.time_base = Fraction(1, self._rate)
+        self._n += 1
+        self.sent_samples += step
+        return frame
+
+
+@dataclass
+class Received:
+    """What the client got on one track: (pts, arrival time, payload) per frame."""
+
+    kind: str
+    pts: list[int] = field(default_factory=list)
+    arrival: list[float] = field(default_factory=list)
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    audio: list[np.ndarray] = field(default_factory=list)
+    time_base: Fraction | None = None
+
+
+async def collect(track: MediaStreamTrack, into: Received, until: asyncio.Event) -> None:
+    while not until.is_set():
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        into.arrival.append(time.monotonic())
+        into.pts.append(frame.pts)
+        into.time_base = frame.time_base
+        if isinstance(frame, av.VideoFrame):
+            into.shapes.append((frame.height, frame.width))
+        else:
+            into.audio.append(frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0].copy())
+
+
+async def connect_client(srv: Running, session: dict, mic: MediaStreamTrack | None) -> RTCPeerConnection:
+    """Offer from an aiortc client (mic track, or recv-only audio) and apply the server's answer."""
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    if mic is not None:
+        pc.addTrack(mic)
+    else:
+        pc.addTransceiver("audio", direction="recvonly")
+    pc.addTransceiver("video", direction="recvonly")
+    await pc.setLocalDescription(await pc.createOffer())
+    res = await srv.http.post(
+        f"/v1/sessions/{session['session_id']}/offer",
+        json={"sdp": pc.localDescription.sdp, "type": "offer"},
+        headers={"Authorization": f"Bearer {session['token']}"},
+    )
+    res.raise_for_status()
+    await pc.setRemoteDescription(RTCSessionDescription(**res.json()))
+    return pc
+
+
+def server_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("engine-", "recorder-"))]
+
+
+def session_tasks() -> list[str]:
+    return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("s_")]
+
+
+async def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval_s)
+    return predicate()
