@@ -1,0 +1,122 @@
+"""The ``avatar`` command: render, bench, and commands other packages register
+(``avatar.commands`` entry points, e.g. ``serve`` from the server package)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from importlib.metadata import entry_points
+
+from engine.config import CONFIGS
+from engine.media.audio_io import MediaError, load_audio, load_image
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, no traceback."""
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="tiny", choices=sorted(CONFIGS), help="engine config (default tiny)")
+    p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--no-interp", action="store_true", help="switch the I-chunk seam pass off")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _pipeline(args: argparse.Namespace):  # noqa: ANN202 - Pipeline imported lazily for fast --help
+    from engine.pipeline import Pipeline
+
+    if args.steps is not None and not 1 <= args.steps <= 8:
+        raise CliError(f"--steps must be in 1..8, got {args.steps}")
+    try:
+        return Pipeline.from_config(args.config, device=args.device, steps=args.steps,
+                                    interp=not args.no_interp, weights=args.weights, threads=args.threads)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from engine.media.mp4 import Mp4Writer
+
+    if args.image and args.avatar:
+        raise CliError("give either --avatar or --image, not both")
+    image = load_image(args.image) if args.image else None
+    pipe = _pipeline(args)
+    pcm = load_audio(args.audio, pipe.sample_rate)
+    if image is None:
+        from engine.avatars import avatar_image
+
+        try:
+            image = avatar_image(args.avatar, pipe.frame_size)
+        except KeyError as exc:
+            raise CliError(str(exc).strip("'\"")) from None
+    total = math.ceil(pcm.size / pipe.config.samples_per_frame)
+    h, w = pipe.frame_size
+    with Mp4Writer(args.out, w, h, pipe.fps, pipe.sample_rate) as writer:
+        with tqdm(total=total, unit="frame", desc="render", disable=args.quiet) as bar:
+            for frame in pipe.render(pcm, image=image, seed=args.seed):
+                writer.write(frame)
+                bar.update(1)
+    if not args.quiet:
+        print(f"wrote {args.out}: {writer.frames} frames, {writer.frames / pipe.fps:.2f} s at {pipe.fps} fps")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from engine.bench import format_result, run_bench, write_json
+
+    pipe = _pipeline(args)
+    checkpoints = tuple(int(x) for x in args.checkpoints.split(",")) if args.checkpoints else ()
+    result = run_bench(pipe, seconds=args.seconds, chunks=args.chunks, checkpoints=checkpoints)
+    print(format_result(result))
+    if args.json:
+        write_json(result, args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="avatar", description="Real-time streaming talking-avatar engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    render = sub.add_parser("render", help="render an audio file to an MP4 (H.264 + AAC)")
+    render.add_argument("--audio", required=True, help="wav/flac/mp3/ogg, any rate, mono or stereo")
+    render.add_argument("--out", required=True, help="output .mp4")
+    render.add_argument("--avatar", default=None, help="bundled avatar name")
+    render.add_argument("--image", default=None, help="reference image of the avatar")
+    render.add_argument("--quiet", action="store_true")
+    _engine_args(render)
+    render.set_defaults(func=cmd_render)
+
+    bench = sub.add_parser("bench", help="measure first frame, fps, real-time factor, memory")
+    bench.add_argument("--seconds", type=float, default=60.0, help="seconds of audio to generate")
+    bench.add_argument("--chunks", type=int, default=None, help="run this many N chunks instead")
+    bench.add_argument("--checkpoints", default="", help="report fps/memory after these chunk counts, e.g. 10,200")
+    bench.add_argument("--json", default=None, help="write the result as JSON")
+    _engine_args(bench)
+    bench.set_defaults(func=cmd_bench)
+
+    for ep in entry_points(group="avatar.commands"):
+        ep.load()(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (CliError, MediaError) as exc:
+        print(f"avatar {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"avatar {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

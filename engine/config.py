@@ -1,0 +1,169 @@
+"""Named engine configurations.
+
+A config fixes every shape in the engine: output size, VAE compression, DiT width and
+depth, chunk schedule and sampler. ``tiny`` is the CPU real-time default; ``large`` is
+shaped like a 1.3B video DiT for GPU benchmarks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """Causal video autoencoder: ``spatial_down`` x spatial, ``temporal_down`` x temporal.
+
+    The first latent frame covers one video frame; every later one covers
+    ``temporal_down`` frames.
+    """
+
+    height: int = 256
+    width: int = 256
+    latent_channels: int = 8
+    spatial_down: int = 16
+    temporal_down: int = 4
+    enc_channels: tuple[int, ...] = (16, 32, 48, 64)
+    dec_channels: tuple[int, ...] = (64, 48, 32)
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        return self.height // self.spatial_down, self.width // self.spatial_down
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """Audio-to-video DiT over low-resolution latents (VAE latents pooled ``lr_factor`` x)."""
+
+    width: int = 192
+    depth: int = 6
+    heads: int = 3
+    patch: int = 1
+    lr_factor: int = 2
+    mlp_ratio: float = 4.0
+    audio_tokens: int = 8
+    window: int = 3  # previous latent frames kept (as K/V) for N chunks
+    rope_theta: float = 10000.0
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    sample_rate: int = 16000
+    mel_bins: int = 80
+    hop: int = 160  # 100 mel frames per second
+    n_fft: int = 400
+    context_ms: int = 80  # audio on each side of a latent frame's span (lookahead included)
+    width: int = 128
+
+
+@dataclass(frozen=True)
+class SRConfig:
+    width: int = 48
+    blocks: int = 2
+    noise: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """N/I chunk schedule in latent frames.
+
+    ``chunk`` latents per N chunk; an I chunk replaces ``seam`` latents on each side of
+    a boundary, anchored on ``anchor`` clean latents on each side.
+    """
+
+    chunk: int = 4
+    seam: int = 1
+    anchor: int = 1
+    interp: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1 or self.seam < 0 or self.anchor < 0:
+            raise ValueError("chunk must be >= 1, seam and anchor >= 0")
+        if self.interp and (self.seam < 1 or self.anchor < 1 or 2 * self.seam + self.anchor > self.chunk):
+            raise ValueError("interpolation needs 1 <= seam, 1 <= anchor and 2*seam + anchor <= chunk")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    name: str
+    fps: int = 25
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    dit: DiTConfig = field(default_factory=DiTConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    sr: SRConfig = field(default_factory=SRConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    steps: int = 3
+    interp_steps: int = 2  # I chunks start from two clean anchors and need fewer steps
+    shift: float = 3.0
+    dtype: str = "auto"  # compute dtype for DiT, SR and decoder: auto = bf16 on CUDA, fp32 on CPU
+    context_sigma: float = 0.05  # noise level given to history/anchor latents (matches training)
+
+    def __post_init__(self) -> None:
+        for steps in (self.steps, self.interp_steps):
+            if not 1 <= steps <= 8:
+                raise ValueError(f"steps must be in 1..8, got {steps}")
+        if self.audio.sample_rate % self.fps:
+            raise ValueError("sample_rate must be a multiple of fps")
+        h, w = self.vae.latent_hw
+        if h % (self.dit.lr_factor * self.dit.patch) or w % (self.dit.lr_factor * self.dit.patch):
+            raise ValueError("latent size must divide by lr_factor * patch")
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.audio.sample_rate // self.fps
+
+    def replace(self, **changes: object) -> EngineConfig:
+        return dataclasses.replace(self, **changes)
+
+    def with_schedule(self, **changes: object) -> EngineConfig:
+        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineConfig:
+        raw = json.loads(text)
+        parts = {
+            "vae": VAEConfig, "dit": DiTConfig, "audio": AudioConfig, "sr": SRConfig, "schedule": ScheduleConfig,
+        }
+        for key, kind in parts.items():
+            values = raw[key]
+            raw[key] = kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        return cls(**raw)
+
+
+CONFIGS: dict[str, EngineConfig] = {
+    "tiny": EngineConfig(name="tiny"),
+    "large": EngineConfig(
+        name="large",
+        vae=VAEConfig(
+            height=480, width=832, latent_channels=16, spatial_down=8,
+            enc_channels=(64, 128, 256), dec_channels=(256, 128, 64),
+        ),
+        dit=DiTConfig(width=1536, depth=30, heads=12, patch=1, lr_factor=2, audio_tokens=16, window=3),
+        audio=AudioConfig(width=512),
+        sr=SRConfig(width=128, blocks=4),
+        schedule=ScheduleConfig(chunk=3, seam=1, anchor=1),
+    ),
+    # Small enough for long soak tests in CI: every code path of tiny, tiny shapes.
+    "micro": EngineConfig(
+        name="micro",
+        vae=VAEConfig(height=32, width=32, latent_channels=4, spatial_down=8, enc_channels=(8, 8, 8),
+                      dec_channels=(8, 8, 8)),
+        dit=DiTConfig(width=32, depth=2, heads=2, audio_tokens=2, window=2),
+        audio=AudioConfig(width=16),
+        sr=SRConfig(width=8, blocks=1),
+        schedule=ScheduleConfig(chunk=3, seam=1, anchor=1),
+        steps=2,
+    ),
+}
+
+
+def get_config(name: str) -> EngineConfig:
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        raise KeyError(f"unknown config {name!r}; choose one of: {', '.join(sorted(CONFIGS))}") from None

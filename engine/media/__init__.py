@@ -1,0 +1,1 @@
+"""Media I/O: decoding audio and images, writing MP4 files."""

@@ -1,0 +1,54 @@
+"""Decode any common audio file (wav/flac/mp3/ogg/...) to mono float32 at a given rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+class MediaError(ValueError):
+    """Input media that cannot be used; the message is meant for the user."""
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    path = Path(path)
+    if not path.exists():
+        raise MediaError(f"audio file not found: {path}")
+    if path.is_dir():
+        raise MediaError(f"audio path is a directory: {path}")
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError) as exc:
+        raise MediaError(f"not a readable audio file: {path} ({exc.__class__.__name__})") from None
+    with container:
+        if not container.streams.audio:
+            raise MediaError(f"no audio stream in {path}")
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=sample_rate)
+        parts: list[np.ndarray] = []
+        try:
+            for frame in container.decode(audio=0):
+                for out in resampler.resample(frame):
+                    parts.append(out.to_ndarray().reshape(-1))
+            for out in resampler.resample(None):
+                parts.append(out.to_ndarray().reshape(-1))
+        except av.error.FFmpegError as exc:
+            raise MediaError(f"cannot decode audio in {path}: {exc}") from None
+    pcm = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+    if pcm.size == 0:
+        raise MediaError(f"audio file is empty: {path}")
+    return np.clip(pcm, -1.0, 1.0)
+
+
+def load_image(path: str | Path) -> np.ndarray:
+    """An image file (png/jpeg/webp/...) -> (H, W, 3) uint8."""
+    path = Path(path)
+    if not path.exists():
+        raise MediaError(f"image file not found: {path}")
+    try:
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            return frame.to_ndarray(format="rgb24")
+    except (av.error.FFmpegError, OSError, StopIteration, IndexError) as exc:
+        raise MediaError(f"not a readable image: {path} ({exc.__class__.__name__})") from None

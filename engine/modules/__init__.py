@@ -1,0 +1,1 @@
+"""Modules: one model each, with its config, device, dtype and safetensors checkpoint."""

@@ -1,0 +1,251 @@
+"""Audio-to-video DiT: a causal, chunked flow-matching transformer over latent video.
+
+Tokens are patchified low-resolution latent frames. Each chunk attends to itself
+(bidirectionally), to the reference tokens (their K/V computed once per session and
+never evicted) and to a bounded window of previous latent frames (their K/V kept in a
+ring buffer by the pipeline). Each latent frame cross-attends to its own audio tokens.
+Per-frame timesteps let clean anchor frames sit beside noisy ones in one chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.config import EngineConfig
+from engine.modules.base import Module
+from engine.modules.rope import RopeTables, apply_rope, token_grid, window_base
+
+
+@dataclass(frozen=True)
+class KVBlock:
+    """Un-roped keys/values of some tokens for every layer, with each token's latent frame.
+
+    ``frame`` is the global latent index per token; reference tokens use -1.
+    """
+
+    k: torch.Tensor  # (layers, B, N, heads, head_dim)
+    v: torch.Tensor
+    frame: torch.Tensor  # (N,) int64
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.frame))
+
+    def frames(self) -> list[int]:
+        return sorted(set(self.frame.tolist()))
+
+    def keep_last_frames(self, count: int) -> KVBlock:
+        """The tokens of the newest ``count`` latent frames (copied, so older storage is freed)."""
+        if count <= 0:
+            return KVBlock(self.k[:, :, :0].clone(), self.v[:, :, :0].clone(), self.frame[:0].clone())
+        keep = self.frame >= (self.frames()[-count] if len(self.frames()) >= count else -(2**62))
+        idx = keep.nonzero().squeeze(1)
+        return KVBlock(self.k[:, :, idx].contiguous(), self.v[:, :, idx].contiguous(), self.frame[idx].clone())
+
+    @staticmethod
+    def concat(a: KVBlock | None, b: KVBlock) -> KVBlock:
+        if a is None:
+            return b
+        return KVBlock(torch.cat([a.k, b.k], 2), torch.cat([a.v, b.v], 2), torch.cat([a.frame, b.frame]))
+
+
+@dataclass(frozen=True)
+class AttnContext:
+    """Roped context keys/values for one chunk, shared by all its denoising steps."""
+
+    k: torch.Tensor  # (layers, B, heads, N, head_dim)
+    v: torch.Tensor
+    base: int
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = t.float()[..., None] * 1000.0 * freqs
+    return torch.cat([args.cos(), args.sin()], dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int, audio_width: int, mlp_ratio: float) -> None:
+        super().__init__()
+        self.heads = heads
+        hd = width // heads
+        self.norm1 = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.q_norm, self.k_norm = RMSNorm(hd), RMSNorm(hd)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width, eps=1e-6)
+        self.cross_q = nn.Linear(width, width)
+        self.cross_kv = nn.Linear(audio_width, 2 * width)
+        self.cross_proj = nn.Linear(width, width)
+        self.norm3 = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        hidden = int(width * mlp_ratio)
+        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, width))
+        self.mod = nn.Parameter(torch.zeros(6, width))
+
+    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).unbind(2)
+        return self.q_norm(q), self.k_norm(k), v
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, F, T, D)
+        mod: torch.Tensor,  # (B, F, 6, D)
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx_k: torch.Tensor | None,  # (B, H, Nc, hd) roped
+        ctx_v: torch.Tensor | None,
+        audio: torch.Tensor | None,  # (B, F, A, Da)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, f, t, d = x.shape
+        shift1, scale1, gate1, shift2, scale2, gate2 = (mod + self.mod).unsqueeze(3).unbind(2)
+        h = (self.norm1(x) * (1 + scale1) + shift1).reshape(b, f * t, d)
+        q, k, v = self.qkv_heads(h)
+        qr, kr = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
+        vv = v.transpose(1, 2)
+        if ctx_k is not None:
+            kr, vv = torch.cat([ctx_k, kr], dim=2), torch.cat([ctx_v, vv], dim=2)
+        att = F.scaled_dot_product_attention(qr, kr, vv).transpose(1, 2).reshape(b, f, t, d)
+        x = x + gate1 * self.proj(att)
+        if audio is not None:
+            hd = d // self.heads
+            cq = self.cross_q(self.norm2(x)).reshape(b * f, t, self.heads, hd).transpose(1, 2)
+            ck, cv = self.cross_kv(audio).reshape(b * f, audio.shape[2], 2, self.heads, hd).unbind(2)
+            ca = F.scaled_dot_product_attention(cq, ck.transpose(1, 2), cv.transpose(1, 2))
+            x = x + self.cross_proj(ca.transpose(1, 2).reshape(b, f, t, d))
+        x = x + gate2 * self.mlp(self.norm3(x) * (1 + scale2) + shift2)
+        return x, k, v
+
+
+class A2VDiT(Module):
+    """``velocity, chunk_kv = dit(x, t, audio, span_start, context)``."""
+
+    kind = "a2v_dit"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        c = config.dit
+        if c.width % c.heads:
+            raise ValueError("width must divide by heads")
+        lh, lw = config.vae.latent_hw
+        self.grid = (lh // c.lr_factor // c.patch, lw // c.lr_factor // c.patch)
+        self.in_dim = config.vae.latent_channels * c.patch * c.patch
+        d = c.width
+        self.patch_embed = nn.Linear(self.in_dim, d)
+        self.ref_embed = nn.Parameter(torch.zeros(d))
+        self.time_mlp = nn.Sequential(nn.Linear(256, d), nn.SiLU(), nn.Linear(d, d))
+        self.time_mod = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+        self.blocks = nn.ModuleList(Block(d, c.heads, config.audio.width, c.mlp_ratio) for _ in range(c.depth))
+        self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.final_mod = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
+        self.out = nn.Linear(d, self.in_dim)
+        s = config.schedule
+        self.time_slots = c.window + 1 + max(s.chunk, 2 * (s.seam + s.anchor))
+        self.rope = RopeTables.build(d // c.heads, self.time_slots, *self.grid, c.rope_theta)
+        self._rope_on: dict[str, RopeTables] = {}
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    def patchify(self, lat: torch.Tensor) -> torch.Tensor:
+        """(B, F, c, h, w) -> (B, F, T, c*p*p)."""
+        b, f, ch, h, w = lat.shape
+        p = self.config.dit.patch
+        x = lat.reshape(b, f, ch, h // p, p, w // p, p).permute(0, 1, 3, 5, 2, 4, 6)
+        return x.reshape(b, f, (h // p) * (w // p), ch * p * p)
+
+    def unpatchify(self, x: torch.Tensor) -> torch.Tensor:
+        b, f, _, _ = x.shape
+        p = self.config.dit.patch
+        gh, gw = self.grid
+        ch = self.config.vae.latent_channels
+        x = x.reshape(b, f, gh, gw, ch, p, p).permute(0, 1, 4, 2, 5, 3, 6)
+        return x.reshape(b, f, ch, gh * p, gw * p)
+
+    def rope_tables(self) -> RopeTables:
+        """The cos/sin tables on this module's device (fp32 whatever the weights' dtype)."""
+        key = str(self.device)
+        if key not in self._rope_on:
+            self._rope_on[key] = self.rope.to(self.device)
+        return self._rope_on[key]
+
+    def _rope(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-frame slots (F,) -> cos/sin for each token of those frames."""
+        f, y, x = token_grid(len(slots), *self.grid)
+        return self.rope_tables().lookup(slots[f].to(self.device), y.to(self.device), x.to(self.device))
+
+    def _modulation(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        emb = self.time_mlp(timestep_embedding(t, 256).to(self.dtype))
+        b, f, d = emb.shape
+        return self.time_mod(emb).reshape(b, f, 6, d), emb
+
+    def _run(
+        self, tokens: torch.Tensor, t: torch.Tensor, slots: torch.Tensor, ctx: AttnContext | None,
+        audio: torch.Tensor | None, reference: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens (B, F, T, in) -> output tokens and per-layer un-roped K, V of these tokens."""
+        x = self.patch_embed(tokens.to(self.dtype))
+        if reference:
+            x = x + self.ref_embed
+        mod, emb = self._modulation(t)
+        cos, sin = self._rope(slots)
+        audio = audio.to(self.dtype) if audio is not None else None
+        ks, vs = [], []
+        for i, block in enumerate(self.blocks):
+            ck = ctx.k[i] if ctx is not None else None
+            cv = ctx.v[i] if ctx is not None else None
+            x, k, v = block(x, mod, cos, sin, ck, cv, audio)
+            ks.append(k)
+            vs.append(v)
+        shift, scale = self.final_mod(emb).unsqueeze(2).chunk(2, dim=-1)
+        out = self.out(self.final_norm(x) * (1 + scale) + shift)
+        return out, torch.stack(ks), torch.stack(vs)
+
+    def encode_reference(self, ref_lr: torch.Tensor) -> KVBlock:
+        """Reference latent (B, c, h, w) -> its K/V for every layer (kept for the whole session)."""
+        tokens = self.patchify(ref_lr[:, None])
+        t = torch.zeros(ref_lr.shape[0], 1, device=self.device)
+        _, k, v = self._run(tokens, t, torch.zeros(1, dtype=torch.long), None, None, reference=True)
+        return KVBlock(k, v, torch.full((tokens.shape[2],), -1, dtype=torch.long))
+
+    def context(self, span_start: int, ref: KVBlock, history: KVBlock | None) -> AttnContext:
+        """Rope the reference (slot 0) and history K/V for a chunk starting at ``span_start``."""
+        window = self.config.dit.window
+        base = window_base(span_start, window)
+        kv = KVBlock.concat(ref, history) if history is not None and history.frame.numel() else ref
+        slots = torch.where(kv.frame < 0, torch.zeros_like(kv.frame), kv.frame - base)
+        if history is not None and history.frame.numel() and int(history.frame.min()) <= base:
+            raise ValueError("history frames fall outside the attention window")
+        _, y, x = token_grid(kv.frame.numel() // self.tokens_per_frame, *self.grid)
+        dev = self.device
+        cos, sin = self.rope_tables().lookup(slots.to(dev), y.to(dev), x.to(dev))
+        layers, b, nc, h, hd = kv.k.shape
+        k = apply_rope(kv.k.reshape(layers * b, nc, h, hd), cos, sin).reshape(layers, b, nc, h, hd)
+        return AttnContext(k=k.transpose(2, 3).contiguous(), v=kv.v.transpose(2, 3).contiguous(), base=base)
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor, span_start: int, ctx: AttnContext,
+    ) -> tuple[torch.Tensor, KVBlock]:
+        """x (B, F, c, h, w) latents at per-frame noise level t (B, F) -> velocity and this chunk's K/V."""
+        f = x.shape[1]
+        slots = torch.arange(f) + span_start - ctx.base
+        out, k, v = self._run(self.patchify(x), t, slots, ctx, audio)
+        frame = (torch.arange(f) + span_start).repeat_interleave(self.tokens_per_frame)
+        return self.unpatchify(out.float()), KVBlock(k, v, frame)

@@ -1,0 +1,155 @@
+"""Causal video VAE: the reference encoder and the streaming decoder.
+
+Time layout: latent 0 covers video frame 0; latent g >= 1 covers frames
+``T*g - T + 1 .. T*g`` (T = temporal compression). The decoder is causal in latent
+time, so decoding chunk by chunk with its feature cache equals decoding the whole
+sequence at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.config import EngineConfig
+from engine.modules.base import Module
+
+
+class ResBlock(nn.Module):
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.conv2 = nn.Conv2d(ch, ch, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv2(F.silu(self.conv1(F.silu(x))))
+
+
+class CausalTimeMix(nn.Module):
+    """Mixes each latent frame with the one before it (kernel 2 in time, causal)."""
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.mix = nn.Conv2d(2 * ch, ch, 1)
+
+    def forward(self, x: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, F, C, h, w), prev (B, C, h, w) -> mixed x, the new ``prev``."""
+        b, f, c, h, w = x.shape
+        shifted = torch.cat([prev[:, None], x[:, :-1]], dim=1)
+        pair = torch.cat([x, shifted], dim=2).reshape(b * f, 2 * c, h, w)
+        return x + self.mix(pair).reshape(b, f, c, h, w), x[:, -1]
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """What the streaming decoder carries between chunks: one frame of features per
+    causal layer and whether the stream's first latent has been decoded."""
+
+    prev: tuple[torch.Tensor, ...]
+    started: bool
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.prev)
+
+
+def latent_count(num_frames: int, temporal_down: int) -> int:
+    """Latents needed to cover ``num_frames`` video frames."""
+    if num_frames <= 0:
+        return 0
+    return 1 + math.ceil((num_frames - 1) / temporal_down)
+
+
+def latent_frames(g: int, temporal_down: int) -> tuple[int, int]:
+    """Video frame range [start, end) covered by latent ``g``."""
+    if g == 0:
+        return 0, 1
+    return temporal_down * g - temporal_down + 1, temporal_down * g + 1
+
+
+class VAEEncoder(Module):
+    """Video/image -> latents. Used as the reference encoder and to make training targets."""
+
+    kind = "vae_encoder"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        v = config.vae
+        if 2 ** len(v.enc_channels) != v.spatial_down:
+            raise ValueError("enc_channels needs one entry per 2x downsampling")
+        layers: list[nn.Module] = []
+        ch = 3
+        for out in v.enc_channels:
+            layers += [nn.Conv2d(ch, out, 3, stride=2, padding=1), nn.SiLU(),
+                       nn.Conv2d(out, out, 3, padding=1), nn.SiLU()]
+            ch = out
+        self.frames = nn.Sequential(*layers)
+        self.to_latent = nn.Conv2d(ch * v.temporal_down, 2 * v.latent_channels, 1)
+
+    def forward(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """video (B, T, 3, H, W) in [-1, 1], T = 1 + k*temporal_down -> mean, logvar (B, L, c, h, w)."""
+        b, t, _, hh, ww = video.shape
+        td = self.config.vae.temporal_down
+        if (t - 1) % td:
+            raise ValueError(f"video length must be 1 + k*{td}, got {t}")
+        feats = self.frames(video.reshape(b * t, 3, hh, ww).to(self.dtype))
+        feats = feats.reshape(b, t, *feats.shape[1:])
+        first = feats[:, :1].expand(b, td, *feats.shape[2:])
+        grouped = torch.cat([first, feats[:, 1:]], dim=1)
+        n = grouped.shape[1] // td
+        grouped = grouped.reshape(b * n, td * feats.shape[2], *feats.shape[3:])
+        mean, logvar = self.to_latent(grouped).chunk(2, dim=1)
+        return mean.reshape(b, n, *mean.shape[1:]), logvar.reshape(b, n, *logvar.shape[1:])
+
+    def encode_image(self, image: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [-1, 1] -> the first-latent encoding (B, c, h, w)."""
+        mean, _ = self(image[:, None])
+        return mean[:, 0]
+
+
+class VAEDecoder(Module):
+    """Streaming causal decoder: ``frames, cache = decoder.step(latents, cache)``."""
+
+    kind = "vae_decoder"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        v = config.vae
+        ch = v.dec_channels
+        self.ps = v.spatial_down // 2 ** (len(ch) - 1)
+        if self.ps < 1 or self.ps * 2 ** (len(ch) - 1) != v.spatial_down:
+            raise ValueError("dec_channels does not fit spatial_down")
+        self.conv_in = nn.Conv2d(v.latent_channels, ch[0], 3, padding=1)
+        self.time1 = CausalTimeMix(ch[0])
+        self.res = ResBlock(ch[0])
+        self.time2 = CausalTimeMix(ch[0])
+        self.to_time = nn.Conv2d(ch[0], v.temporal_down * ch[0], 1)
+        self.ups = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(ch[:-1], ch[1:], strict=True))
+        self.out = nn.Conv2d(ch[-1], 3 * self.ps * self.ps, 3, padding=1)
+
+    def init_cache(self, batch: int = 1) -> DecoderCache:
+        h, w = self.config.vae.latent_hw
+        zeros = torch.zeros(batch, self.config.vae.dec_channels[0], h, w, device=self.device, dtype=self.dtype)
+        return DecoderCache(prev=(zeros, zeros.clone()), started=False)
+
+    def step(self, z: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+        """z (B, F, c, h, w) -> frames (B, n, 3, H, W) in [-1, 1] and the new cache."""
+        b, f, c, h, w = z.shape
+        x = self.conv_in(z.reshape(b * f, c, h, w).to(self.dtype)).reshape(b, f, -1, h, w)
+        x, p1 = self.time1(x, cache.prev[0])
+        x = self.res(x.reshape(b * f, -1, h, w)).reshape(b, f, -1, h, w)
+        x, p2 = self.time2(x, cache.prev[1])
+        td = self.config.vae.temporal_down
+        x = self.to_time(F.silu(x.reshape(b * f, -1, h, w)))
+        x = x.reshape(b, f, td, -1, h, w).reshape(b, f * td, -1, h, w)
+        if not cache.started:
+            x = x[:, td - 1:]
+        n = x.shape[1]
+        y = x.reshape(b * n, -1, h, w)
+        for conv in self.ups:
+            y = F.silu(conv(F.interpolate(F.silu(y), scale_factor=2, mode="nearest")))
+        y = F.pixel_shuffle(self.out(y), self.ps).clamp(-1, 1)
+        return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True)

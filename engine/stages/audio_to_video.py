@@ -1,0 +1,71 @@
+"""AudioToVideo: few-step flow-matching generation of one N or I chunk of low-res latents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import EngineConfig
+from engine.modules.dit import A2VDiT, KVBlock
+from engine.sampler import noised, sample
+from engine.schedule import ChunkPlan
+from engine.stages.context_gen import ChunkContext
+
+
+@dataclass(frozen=True)
+class A2VInput:
+    plan: ChunkPlan
+    context: ChunkContext
+    reference: KVBlock
+    history: KVBlock | None = None  # N chunks: K/V of the previous latent frames
+    anchors: torch.Tensor | None = None  # I chunks: (span frames, c, h, w); anchor frames filled
+
+
+@dataclass(frozen=True)
+class A2VOutput:
+    latents: torch.Tensor  # (generated frames, c, h, w), float32
+    history: KVBlock | None  # N chunks: the new history window
+
+
+class AudioToVideo:
+    def __init__(self, config: EngineConfig, dit: A2VDiT, steps: int | None = None) -> None:
+        self.config = config
+        self.dit = dit
+        self.steps = steps or config.steps
+
+    def __call__(self, inp: A2VInput) -> A2VOutput:
+        plan, dev = inp.plan, self.dit.device
+        s0, s1 = plan.span
+        f = s1 - s0
+        sigma = self.config.context_sigma
+        noise = inp.context.noise.to(dev)
+        audio = inp.context.audio_tokens.to(dev)
+        fixed = torch.zeros(1, f, dtype=torch.bool, device=dev)
+        start = noise
+        if plan.kind == "I":
+            if inp.anchors is None:
+                raise ValueError("I chunks need anchors")
+            (l0, l1), (r0, r1) = plan.anchors
+            fixed[0, : l1 - s0] = True
+            fixed[0, r0 - s0:] = True
+            anchors = noised(inp.anchors.to(dev)[None], noise, sigma)
+            start = torch.where(fixed[..., None, None, None], anchors, noise)
+        history = inp.history if plan.kind == "N" else None
+        with torch.inference_mode():
+            ctx = self.dit.context(s0, inp.reference, history)
+
+            def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                return self.dit(x, t, audio, s0, ctx)[0]
+
+            steps = self.steps if plan.kind == "N" else min(self.steps, self.config.interp_steps)
+            x0 = sample(velocity, start, fixed, sigma, steps, self.config.shift)
+            g0, g1 = plan.generate
+            out = x0[0, g0 - s0:g1 - s0].float()
+            new_history = None
+            if plan.kind == "N":
+                t_ctx = torch.full((1, f), sigma, device=dev)
+                _, kv = self.dit(noised(x0, noise, sigma), t_ctx, audio, s0, ctx)
+                window = self.config.dit.window
+                new_history = KVBlock.concat(history, kv).keep_last_frames(window)
+        return A2VOutput(out.cpu() if out.device.type != "cpu" else out, new_history)
