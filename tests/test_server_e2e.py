@@ -1,0 +1,173 @@
+"""End to end over real WebRTC on loopback: an aiortc client talks to the served app, real engine."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+
+import av
+import numpy as np
+import pytest
+import websockets
+from server_helpers import (
+    Received,
+    SpeechTrack,
+    collect,
+    connect_client,
+    loopback_only,
+    make_settings,
+    running_server,
+    server_threads,
+    session_tasks,
+    speech_pcm16,
+    wait_until,
+)
+
+VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
+# aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
+# video frame once the next frame's first packet arrives: receiver hold-back, not sender skew.
+AUDIO_HOLD_S, VIDEO_HOLD_S = 4 * 0.020, 1 / 25
+
+
+def lag(rx: Received, clock: int) -> float:
+    """Median of (arrival - media time since the track's first frame): the track's release phase."""
+    pts = np.asarray(rx.pts, dtype=np.int64)
+    media = (pts - pts[0]) / clock
+    return float(np.median(np.asarray(rx.arrival) - rx.arrival[0] - media)) + rx.arrival[0]
+
+
+class Events:
+    """Everything the control socket says, with arrival times."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.items: list[tuple[float, dict]] = []
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for raw in self.ws:
+                self.items.append((time.monotonic(), json.loads(raw)))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for _, e in self.items if e["type"] == kind]
+
+    def index(self, kind: str, utterance_id: str) -> int:
+        for i, (_, e) in enumerate(self.items):
+            if e["type"] == kind and e.get("utterance_id") == utterance_id:
+                return i
+        raise AssertionError(f"no {kind} for {utterance_id}: {[e for _, e in self.items if e['type'] != 'metrics']}")
+
+
+async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(record_dir=tmp_path)) as srv:
+        res = await srv.http.post("/v1/sessions", json={"mode": "mirror", "record": True})
+        assert res.status_code == 201, res.text
+        session = res.json()
+        auth = {"Authorization": f"Bearer {session['token']}"}
+        ws = await websockets.connect(
+            f"{srv.ws_url}/v1/sessions/{session['session_id']}/control?token={session['token']}"
+        )
+        events = Events(ws)
+        mic = SpeechTrack(speech_pcm16())
+        t_offer = time.monotonic()
+        pc = await connect_client(srv, session, mic)
+        video, audio, stop = Received("video"), Received("audio"), asyncio.Event()
+        readers = [
+            asyncio.create_task(collect(r.track, video if r.track.kind == "video" else audio, stop))
+            for r in pc.getReceivers()
+            if r.track.kind in ("video", "audio")
+        ]
+        assert await wait_until(lambda: len(video.pts) >= 75 and len(audio.pts) >= 100, 20)
+        first_frame_s = video.arrival[0] - t_offer
+
+        # Agent mode: one utterance from the server's TTS, one pushed as PCM16 at another rate.
+        await ws.send(json.dumps({"type": "config", "mode": "agent"}))
+        await ws.send(json.dumps({"type": "speak", "text": "One, two, three.", "utterance_id": "u1"}))
+        tone = (np.sin(np.arange(12_000) * 2 * np.pi * 220 / 24_000) * 8000).astype("<i2")
+        await ws.send(json.dumps({"type": "audio.append", "sample_rate": 24_000,
+                                  "audio": base64.b64encode(tone[:6000].tobytes()).decode()}))
+        await ws.send(json.dumps({"type": "audio.append", "sample_rate": 24_000}))
+        await ws.send(tone[6000:].tobytes())
+        await ws.send(json.dumps({"type": "audio.commit", "utterance_id": "u2"}))
+        await ws.send(json.dumps({"type": "ping", "id": 7}))
+        done = lambda: any(e.get("utterance_id") == "u2" for e in events.of("playback.finished"))  # noqa: E731
+        assert await wait_until(done, 30), [e for _, e in events.items if e["type"] != "metrics"]
+        stop.set()
+
+        # Video: engine frame size, one RTP tick per frame at 25 fps.
+        assert set(video.shapes) == {(256, 256)}
+        steps = np.diff(video.pts)
+        assert np.all(steps > 0) and np.all(steps % (VIDEO_CLOCK // 25) == 0)
+        assert np.median(steps) == VIDEO_CLOCK // 25
+        assert (video.pts[-1] - video.pts[0]) / VIDEO_CLOCK >= 2.0
+        # Audio: 20 ms Opus frames, contiguous, at least 2 s, and not silent (the avatar's voice).
+        assert np.all(np.diff(audio.pts) == 960)
+        assert (audio.pts[-1] - audio.pts[0]) / OPUS_CLOCK >= 2.0
+        assert np.abs(np.concatenate(audio.audio)).max() > 1000
+        # A/V alignment: both tracks release media time t at the same wall time (within a frame).
+        offset = (lag(audio, OPUS_CLOCK) - AUDIO_HOLD_S) - (lag(video, VIDEO_CLOCK) - VIDEO_HOLD_S)
+        assert abs(offset) <= 1 / 25, f"A/V offset {offset * 1000:.1f} ms"
+
+        # Control protocol: ready first; each utterance queued -> started -> finished, in order.
+        kinds = [e["type"] for _, e in events.items]
+        assert kinds[0] == "session.ready"
+        for uid in ("u1", "u2"):
+            assert (events.index("utterance.queued", uid) < events.index("playback.started", uid)
+                    < events.index("playback.finished", uid))
+        assert events.index("playback.finished", "u1") < events.index("playback.started", "u2")
+        assert events.of("pong")[0]["id"] == 7
+        metrics = events.of("metrics")
+        assert metrics and metrics[-1]["mic_seconds"] > 1.0 and metrics[-1]["frames_generated"] > 0
+        assert not events.of("error"), events.of("error")
+        u1 = next(e for e in events.of("utterance.queued") if e["utterance_id"] == "u1")
+        assert 0.5 < u1["duration_s"] < 3.0
+
+        # Teardown: DELETE frees the session, its peer, worker thread, tasks; the MP4 is finished.
+        server_pc = srv.manager.sessions[session["session_id"]].pc
+        res = await srv.http.delete(f"/v1/sessions/{session['session_id']}", headers=auth)
+        assert res.status_code == 204
+        assert srv.manager.sessions == {}
+        assert server_pc.connectionState == "closed"
+        assert await wait_until(lambda: not server_threads() and not session_tasks(), 5), (
+            server_threads(), session_tasks())
+        await asyncio.wait_for(events.task, 5)  # the server closed the control socket
+        assert ws.close_code == 4000
+        await pc.close()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+        with av.open(str(tmp_path / f"{session['session_id']}.mp4")) as mp4:
+            kinds = {s.type: s.codec_context.name for s in mp4.streams}
+            assert kinds == {"video": "h264", "audio": "aac"}
+            assert mp4.streams.video[0].frames > 25
+        print(f"first frame {first_frame_s * 1000:.0f} ms after offer; A/V offset {offset * 1000:.1f} ms; "
+              f"metrics {metrics[-1]}")
+
+
+@pytest.mark.parametrize("how", ["close", "vanish"])
+async def test_departed_peer_is_freed_within_10_s(monkeypatch, how):
+    """A client that closes its peer (DTLS close) or just vanishes (no packets) is reaped."""
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(peer_timeout_s=3.0)) as srv:
+        session = (await srv.http.post("/v1/sessions", json={"mode": "mirror"})).json()
+        pc = await connect_client(srv, session, SpeechTrack(speech_pcm16()))
+        video, stop = Received("video"), asyncio.Event()
+        track = next(r.track for r in pc.getReceivers() if r.track.kind == "video")
+        reader = asyncio.create_task(collect(track, video, stop))
+        assert await wait_until(lambda: len(video.pts) >= 5, 20)
+        t_gone = time.monotonic()
+        if how == "close":
+            await pc.close()
+        else:
+            ice = pc.getTransceivers()[0].receiver.transport.transport
+            await ice._connection.close()  # sockets gone, no DTLS goodbye: the server hears nothing
+        assert await wait_until(lambda: not srv.manager.sessions, 10), "session still alive after 10 s"
+        assert await wait_until(lambda: not server_threads() and not session_tasks(), 2)
+        print(f"{how}: freed after {time.monotonic() - t_gone:.1f} s")
+        stop.set()
+        await pc.close()
+        reader.cancel()
