@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(bench)
     bench.set_defaults(func=cmd_bench)
 
+    from engine.train.run import add_train_parser
+
+    add_train_parser(sub)
     for ep in entry_points(group="avatar.commands"):
         ep.load()(sub)
     return parser
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CliError, MediaError) as exc:
+    except (CliError, MediaError, RuntimeError) as exc:
         print(f"avatar {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

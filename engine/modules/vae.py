@@ -70,6 +70,12 @@ def latent_frames(g: int, temporal_down: int) -> tuple[int, int]:
     return temporal_down * g - temporal_down + 1, temporal_down * g + 1
 
 
+def add_latent_stats(module: nn.Module, channels: int) -> None:
+    """Per-channel latent shift/scale, set after training so latents are ~N(0, 1) for the DiT."""
+    module.register_buffer("latent_shift", torch.zeros(channels))
+    module.register_buffer("latent_scale", torch.ones(channels))
+
+
 class VAEEncoder(Module):
     """Video/image -> latents. Used as the reference encoder and to make training targets."""
 
@@ -88,6 +94,7 @@ class VAEEncoder(Module):
             ch = out
         self.frames = nn.Sequential(*layers)
         self.to_latent = nn.Conv2d(ch * v.temporal_down, 2 * v.latent_channels, 1)
+        add_latent_stats(self, v.latent_channels)
 
     def forward(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """video (B, T, 3, H, W) in [-1, 1], T = 1 + k*temporal_down -> mean, logvar (B, L, c, h, w)."""
@@ -102,6 +109,8 @@ class VAEEncoder(Module):
         n = grouped.shape[1] // td
         grouped = grouped.reshape(b * n, td * feats.shape[2], *feats.shape[3:])
         mean, logvar = self.to_latent(grouped).chunk(2, dim=1)
+        mean = (mean - self.latent_shift[:, None, None]) / self.latent_scale[:, None, None]
+        logvar = logvar - 2 * self.latent_scale.log()[:, None, None]
         return mean.reshape(b, n, *mean.shape[1:]), logvar.reshape(b, n, *logvar.shape[1:])
 
     def encode_image(self, image: torch.Tensor) -> torch.Tensor:
@@ -129,16 +138,18 @@ class VAEDecoder(Module):
         self.to_time = nn.Conv2d(ch[0], v.temporal_down * ch[0], 1)
         self.ups = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(ch[:-1], ch[1:], strict=True))
         self.out = nn.Conv2d(ch[-1], 3 * self.ps * self.ps, 3, padding=1)
+        add_latent_stats(self, v.latent_channels)
 
-    def init_cache(self, batch: int = 1) -> DecoderCache:
-        h, w = self.config.vae.latent_hw
+    def init_cache(self, batch: int = 1, latent_hw: tuple[int, int] | None = None) -> DecoderCache:
+        h, w = latent_hw or self.config.vae.latent_hw
         zeros = torch.zeros(batch, self.config.vae.dec_channels[0], h, w, device=self.device, dtype=self.dtype)
         return DecoderCache(prev=(zeros, zeros.clone()), started=False)
 
     def step(self, z: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
         """z (B, F, c, h, w) -> frames (B, n, 3, H, W) in [-1, 1] and the new cache."""
         b, f, c, h, w = z.shape
-        x = self.conv_in(z.reshape(b * f, c, h, w).to(self.dtype)).reshape(b, f, -1, h, w)
+        z = z.to(self.dtype) * self.latent_scale[:, None, None] + self.latent_shift[:, None, None]
+        x = self.conv_in(z.reshape(b * f, c, h, w)).reshape(b, f, -1, h, w)
         x, p1 = self.time1(x, cache.prev[0])
         x = self.res(x.reshape(b * f, -1, h, w)).reshape(b, f, -1, h, w)
         x, p2 = self.time2(x, cache.prev[1])

@@ -1,0 +1,1 @@
+"""Training the bundled model on procedural talking-head data (``avatar train``)."""

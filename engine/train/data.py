@@ -1,0 +1,49 @@
+"""Procedural talking-head clips: an identity, its speech, the face track and frames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.config import EngineConfig
+from engine.puppet import FaceState, Identity, face_track_from_audio, reference_image, render
+from engine.train.speech import VOICES, utterance
+
+TRAIN_IDENTITY_SEEDS = range(0, 10_000)  # evaluation identities use seeds >= 10_000
+
+
+@dataclass
+class Clip:
+    identity: Identity
+    audio: np.ndarray  # float32 mono, exactly frames * samples_per_frame samples
+    states: list[FaceState]
+
+    def frames(self, lo: int, hi: int, size: int) -> np.ndarray:
+        return np.stack([render(self.identity, s, size) for s in self.states[lo:hi]])
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.states)
+
+
+def make_clip(config: EngineConfig, seed: int, seconds: float = 8.0,
+              voices: tuple[str, ...] = VOICES) -> Clip:
+    rng = np.random.default_rng(seed)
+    identity = Identity.sample(rng, name=f"train{seed}")
+    spf, td = config.samples_per_frame, config.vae.temporal_down
+    pcm = utterance(rng, config.audio.sample_rate, voices, seconds)
+    frames = 1 + (pcm.size // spf - 1) // td * td  # 1 + k*T frames: whole latents
+    pcm = pcm[: frames * spf]
+    states = face_track_from_audio(pcm, config.audio.sample_rate, config.fps, seed=seed)[:frames]
+    return Clip(identity, pcm, states)
+
+
+def to_tensor(frames: np.ndarray) -> torch.Tensor:
+    """(T, H, W, 3) uint8 -> (T, 3, H, W) in [-1, 1]."""
+    return torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 127.5 - 1
+
+
+def reference_tensor(identity: Identity, size: int) -> torch.Tensor:
+    return to_tensor(reference_image(identity, size)[None])
