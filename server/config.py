@@ -47,9 +47,7 @@ class Settings(BaseModel):
     port: int = Field(8080, ge=0, le=65535)
     config: str = "tiny"
     device: str = "cpu"
-    engine_threads: int = Field(
-        1, ge=1, description="torch intra-op threads for the engine; encoders need the rest"
-    )
+    engine_threads: int = Field(1, ge=1, description="torch intra-op threads for the engine; encoders need the rest")
     max_sessions: int = Field(2, ge=1)
     ice_servers: list[IceServer] = Field(default_factory=list)
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
@@ -59,22 +57,14 @@ class Settings(BaseModel):
     voice: str = "en-us"
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
-    max_control_bytes: int = Field(
-        512 * 1024, ge=1024, description="largest websocket message, text or binary"
-    )
+    max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
     max_text_chars: int = Field(2_000, ge=1)
-    max_audio_backlog_s: float = Field(
-        60.0, gt=0, description="queued + uncommitted agent speech per session"
-    )
+    max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
     max_engine_backlog_s: float = Field(
         8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
     )
-    mic_buffer_s: float = Field(
-        0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock"
-    )
-    feed_holdback_s: float = Field(
-        0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)"
-    )
+    mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
+    feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
     feed_tick_s: float = Field(0.02, gt=0)
 
     playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
@@ -82,11 +72,9 @@ class Settings(BaseModel):
     playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
     playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
 
-    offer_timeout_s: float = Field(
-        30.0, gt=0, description="a created session that never gets an offer is reaped"
-    )
+    offer_timeout_s: float = Field(30.0, gt=0, description="a created session that never gets an offer is reaped")
     connect_timeout_s: float = Field(20.0, gt=0, description="offer answered but ICE/DTLS never connects")
-    peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP from the peer for this long: it is gone")
+    peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP or media from the peer for this long: it is gone")
     metrics_interval_s: float = Field(1.0, gt=0)
 
     @field_validator("ice_servers", mode="before")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
 import logging
 import secrets
 import time
@@ -21,23 +20,20 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from engine.frames import PublishedFrame
 from engine.pipeline import Pipeline
-from server import tts
-from server.audio import Resampler
 from server.clock import MonotonicClock
 from server.config import Mode, Settings
 from server.errors import ApiError, ControlError
 from server.feeder import Feeder, SampleFifo
+from server.intake import SpeechIntake
 from server.metrics import ServerMetrics
 from server.playback import PlaybackTracker
 from server.playout import PlayoutBuffer, PlayoutClosed, VideoOut
 from server.protocol import (
     ErrorEvent,
     MetricsEvent,
-    PlaybackFinished,
     ServerEvent,
     SessionCreate,
     SessionReady,
-    UtteranceQueued,
 )
 from server.recorder import MP4Recorder
 from server.rtc import (
@@ -48,12 +44,11 @@ from server.rtc import (
     create_peer,
     last_rtcp_age,
 )
-from server.speech import BacklogFull, SpeechQueue, Utterance
+from server.speech import SpeechQueue
 from server.worker import EngineWorker
 
 log = logging.getLogger(__name__)
 EVENT_QUEUE = 256
-TTS_QUEUE = 16
 PREFILL_LIMIT_S = 3.0
 
 
@@ -74,13 +69,13 @@ class AvatarSession:
         self.metrics = metrics
         self.avatar = options.avatar
         self.seed = options.seed
-        self.voice = options.voice or settings.voice
         self.mode: Mode = options.mode or settings.default_mode
         self.fps, self.sample_rate = pipeline.fps, pipeline.sample_rate
         self.height, self.width = pipeline.frame_size
         self.created_at = time.monotonic()
         self.offered_at: float | None = None
         self.first_frame_at: float | None = None
+        self.last_heard_at: float | None = None  # connection, or the latest inbound media
         self.close_reason: str | None = None
 
         sr = self.sample_rate
@@ -108,14 +103,11 @@ class AvatarSession:
         self.ready_pending = False
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue(EVENT_QUEUE)
         self._tasks: set[asyncio.Task] = set()
+        self.intake = SpeechIntake(
+            self.speech, sr, settings.max_text_chars, options.voice or settings.voice, self.emit, metrics
+        )
+        self._spawn(self.intake.run(), "intake")
         self._closing = False
-        self._draft: list[np.ndarray] = []
-        self._draft_samples = 0
-        self._draft_resampler: tuple[int, Resampler] | None = None
-        self._utt_ids = itertools.count(1)
-        self._generation = 0
-        self._tts_queue: asyncio.Queue[tuple[int, str, str, str]] = asyncio.Queue(TTS_QUEUE)
-        self._tts_task: asyncio.Task | None = None
         self._loop = asyncio.get_running_loop()
         self.frames_generated = 0
         self.generated_samples = 0
@@ -147,9 +139,7 @@ class AvatarSession:
         mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
         """
         try:
-            self.engine = await asyncio.to_thread(
-                self.pipeline.open_session, avatar=self.avatar, seed=self.seed
-            )
+            self.engine = await asyncio.to_thread(self.pipeline.open_session, avatar=self.avatar, seed=self.seed)
         except Exception as exc:
             log.exception("session %s: engine failed to start", self.id)
             self.emit(ErrorEvent(code="engine_failed", message=f"the engine could not start: {exc}"))
@@ -178,6 +168,7 @@ class AvatarSession:
             return
         self._closing = True
         self.close_reason = reason
+        t0 = time.monotonic()
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
@@ -185,15 +176,27 @@ class AvatarSession:
         self.playout.close()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
+        t_worker = time.monotonic()
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close)
+        t_rec = time.monotonic()
         if self.pc is not None:
             await self.pc.close()
+        t_pc = time.monotonic()
         others = [t for t in self._tasks if t is not current]
         if others:
             await asyncio.gather(*others, return_exceptions=True)
         self.engine = None
         self.closed.set()
+        log.info(
+            "session %s closed (%s) in %.2f s: worker %.2f, recorder %.2f, peer %.2f",
+            self.id,
+            reason,
+            time.monotonic() - t0,
+            t_worker - t0,
+            t_rec - t_worker,
+            t_pc - t_rec,
+        )
 
     @property
     def closing(self) -> bool:
@@ -216,11 +219,13 @@ class AvatarSession:
     async def _on_connection_state(self) -> None:
         state = self.pc.connectionState if self.pc is not None else "closed"
         if state == "connected":
+            self.last_heard_at = time.monotonic()
             self.connected.set()
         elif state in ("failed", "closed") and not self._closing:
             self._spawn(self.close(f"peer_{state}"), "close")
 
     def _on_mic(self, samples: np.ndarray) -> None:
+        self.last_heard_at = time.monotonic()
         self.mic_samples += samples.size
         self.metrics.mic_seconds.inc(samples.size / self.sample_rate)
         if self.feeder.mode == "mirror":
@@ -254,9 +259,7 @@ class AvatarSession:
                 self.engine.feed(block.samples)
                 self.worker.wake()
             if self.worker.error is not None:
-                self.emit(
-                    ErrorEvent(code="engine_failed", message=f"the engine stopped: {self.worker.error}")
-                )
+                self.emit(ErrorEvent(code="engine_failed", message=f"the engine stopped: {self.worker.error}"))
                 self._spawn(self.close("engine_failed"), "close")
                 return
             await asyncio.sleep(tick)
@@ -333,114 +336,29 @@ class AvatarSession:
 
     def _require_agent(self) -> None:
         if self.feeder.mode != "agent":
-            raise ControlError(
-                "wrong_mode", 'speech needs agent mode: send {"type": "config", "mode": "agent"}'
-            )
-
-    def _pending_samples(self) -> int:
-        return self.speech.pending_samples + self._draft_samples
+            raise ControlError("wrong_mode", 'speech needs agent mode: send {"type": "config", "mode": "agent"}')
 
     def speak(self, text: str, utterance_id: str | None, voice: str | None) -> str:
-        """Queue text for synthesis (in order, off the socket's reader); returns the utterance id."""
         self._require_agent()
-        if len(text) > self.settings.max_text_chars:
-            raise ControlError(
-                "text_too_long",
-                f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}",
-            )
-        if self._tts_queue.full():
-            raise ControlError(
-                "tts_busy", f"{self._tts_queue.maxsize} texts are already waiting for synthesis"
-            )
-        uid = utterance_id or f"utt_{next(self._utt_ids)}"
-        self._tts_queue.put_nowait((self._generation, uid, text, voice or self.voice))
-        if self._tts_task is None:
-            self._tts_task = self._spawn(self._tts_loop(), "tts")
-        return uid
-
-    async def _tts_loop(self) -> None:
-        while True:
-            generation, uid, text, voice = await self._tts_queue.get()
-            if generation != self._generation:
-                continue
-            t0 = time.perf_counter()
-            try:
-                samples = await tts.synthesize(text, self.sample_rate, voice)
-            except tts.TTSError as exc:
-                self.emit(ErrorEvent(code="tts_failed", message=f"{uid}: {exc}"))
-                continue
-            self.metrics.tts_seconds.observe(time.perf_counter() - t0)
-            if generation != self._generation:
-                continue
-            try:
-                self._queue_utterance(samples, uid)
-            except ControlError as exc:
-                self.emit(ErrorEvent(code=exc.code, message=f"{uid}: {exc.message}"))
+        return self.intake.speak(text, utterance_id, voice)
 
     def append_audio(self, pcm: bytes, sample_rate: int) -> None:
         self._require_agent()
-        if len(pcm) % 2:
-            raise ControlError("bad_audio", "PCM16 audio must have an even number of bytes")
-        if self._draft_resampler is None or self._draft_resampler[0] != sample_rate:
-            self._flush_draft_resampler()
-            self._draft_resampler = (sample_rate, Resampler(self.sample_rate))
-        incoming = len(pcm) // 2 * self.sample_rate // sample_rate
-        if self._pending_samples() + incoming > self.speech.max_samples:
-            raise ControlError(
-                "audio_backlog",
-                f"pushed audio would exceed the "
-                f"{self.settings.max_audio_backlog_s:.0f} s backlog; wait "
-                f"for playback or send interrupt",
-            )
-        self._add_draft(self._draft_resampler[1].push_pcm16(pcm, sample_rate))
-
-    def _add_draft(self, samples: np.ndarray) -> None:
-        if samples.size:
-            self._draft.append(samples)
-            self._draft_samples += samples.size
-
-    def _flush_draft_resampler(self) -> None:
-        if self._draft_resampler is not None:
-            self._add_draft(self._draft_resampler[1].flush())
-            self._draft_resampler = None
+        self.intake.append(pcm, sample_rate)
 
     def commit_audio(self, utterance_id: str | None) -> str:
         self._require_agent()
-        self._flush_draft_resampler()
-        if not self._draft_samples:
-            raise ControlError("empty_commit", "audio.commit with no audio appended since the last commit")
-        samples = np.concatenate(self._draft)
-        self._draft, self._draft_samples = [], 0
-        return self._queue_utterance(samples, utterance_id)
-
-    def _queue_utterance(self, samples: np.ndarray, utterance_id: str | None) -> str:
-        uid = utterance_id or f"utt_{next(self._utt_ids)}"
-        try:
-            self.speech.append(Utterance(uid, samples), extra_pending=self._draft_samples)
-        except BacklogFull as exc:
-            raise ControlError("audio_backlog", f"speech backlog is full ({exc}); wait or interrupt") from exc
-        except ValueError as exc:
-            raise ControlError("empty_utterance", str(exc)) from exc
-        duration = samples.size / self.sample_rate
-        self.metrics.speech_seconds.inc(duration)
-        self.emit(UtteranceQueued(utterance_id=uid, duration_s=round(duration, 3)))
-        return uid
+        return self.intake.commit(utterance_id)
 
     def interrupt(self) -> None:
         """Clear queued, pending and not yet synthesized speech; what was already fed still plays out."""
-        self._generation += 1
-        while not self._tts_queue.empty():
-            self._tts_queue.get_nowait()
-        cut, unstarted = self.speech.clear()
-        self._draft, self._draft_samples, self._draft_resampler = [], 0, None
+        cut = self.intake.interrupt()
         if cut is not None:
             self.tracker.cut(cut.id, cut.fed)
-        for utt in unstarted:
-            self.emit(PlaybackFinished(utterance_id=utt.id, pts=None, interrupted=True))
 
     def configure(self, mode: Mode | None, voice: str | None) -> None:
         if voice is not None:
-            self.voice = voice
+            self.intake.voice = voice
         if mode is not None and mode != self.feeder.mode:
             if mode == "mirror":
                 self.interrupt()
@@ -458,9 +376,7 @@ class AvatarSession:
             deadline_misses=stats.deadline_misses,
             frames_played=stats.frames_shown,
             frames_generated=self.frames_generated,
-            engine_backlog_ms=round(
-                max(0, self.feeder.fed - self.generated_samples) * 1000 / self.sample_rate, 1
-            ),
+            engine_backlog_ms=round(max(0, self.feeder.fed - self.generated_samples) * 1000 / self.sample_rate, 1),
             av_offset_ms=round(stats.av_offset * 1000, 1),
             mic_seconds=round(self.mic_samples / self.sample_rate, 2),
         )
@@ -574,7 +490,11 @@ class SessionManager:
         while True:
             await asyncio.sleep(interval_s)
             for sid, session in list(self.sessions.items()):
-                reason = await self.reason_to_reap(session, time.monotonic())
+                try:
+                    reason = await self.reason_to_reap(session, time.monotonic())
+                except Exception:
+                    log.exception("session %s: liveness check failed", sid)
+                    reason = "check_failed"
                 if reason is not None:
                     log.info("reaping session %s: %s", sid, reason)
                     self.close_soon(sid, reason)
@@ -590,7 +510,8 @@ class SessionManager:
             return f"peer_{pc.connectionState}"
         if pc.connectionState != "connected":
             return "connect_timeout" if now - (session.offered_at or now) > s.connect_timeout_s else None
+        heard = session.last_heard_at or now
         age = await last_rtcp_age(pc)
-        if age is None:
-            return "peer_silent" if now - (session.offered_at or now) > s.connect_timeout_s else None
-        return "peer_timeout" if age > s.peer_timeout_s else None
+        if age is not None:
+            heard = max(heard, now - age)
+        return "peer_timeout" if now - heard > s.peer_timeout_s else None
