@@ -113,6 +113,7 @@ class AvatarSession:
         self.generated_samples = 0
         self.frames_shown = 0
         self.mic_samples = 0
+        self.mic_peak = 0.0  # loudest inbound sample so far: proof the microphone carries signal
         self._reported_misses = 0
         self._overload_reported = False
 
@@ -227,6 +228,8 @@ class AvatarSession:
     def _on_mic(self, samples: np.ndarray) -> None:
         self.last_heard_at = time.monotonic()
         self.mic_samples += samples.size
+        if samples.size:
+            self.mic_peak = max(self.mic_peak, float(np.abs(samples).max()))
         self.metrics.mic_seconds.inc(samples.size / self.sample_rate)
         if self.feeder.mode == "mirror":
             self.mic.push(samples)

@@ -98,11 +98,16 @@ function waitForIceGathering(pc, timeoutMs = 2000) {
   });
 }
 
+function mark(name) {
+  state.stats.marks = { ...(state.stats.marks || {}), [name]: Math.round(performance.now() - state.startedAt) };
+}
+
 function watchFirstFrame(video) {
   const mark = () => {
     if (state.stats.ttffMs !== undefined) return;
     state.stats.ttffMs = performance.now() - state.startedAt;
     state.stats.ttffFromLoadMs = performance.now();
+    mark("firstFrame");
     $("s-ttff").textContent = `${state.stats.ttffMs.toFixed(0)} ms (page load → frame ${state.stats.ttffFromLoadMs.toFixed(0)} ms)`;
     log(`first frame after ${state.stats.ttffMs.toFixed(0)} ms`);
   };
@@ -192,10 +197,12 @@ async function start() {
   const token = $("token").value || undefined;
   try {
     state.mic = await openMicrophone(mode);
+    mark("microphone");
     state.session = await api("/v1/sessions", {
       method: "POST", token,
       body: { mode, avatar: $("avatar").value || null, quality: $("quality").value || null },
     });
+    mark("session");
     const pc = new RTCPeerConnection({ iceServers: state.session.ice_servers });
     state.pc = pc;
     if (state.mic) pc.addTransceiver(state.mic.getAudioTracks()[0], { direction: "sendrecv" });
@@ -213,7 +220,7 @@ async function start() {
     };
     pc.onconnectionstatechange = () => {
       const st = pc.connectionState;
-      if (st === "connected") { setStatus("live"); showMessage(""); }
+      if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); }
       if (st === "failed") {
         setStatus("failed", "error");
         showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
@@ -224,10 +231,12 @@ async function start() {
     state.ws = openControl(state.session);
     await pc.setLocalDescription(await pc.createOffer());
     await waitForIceGathering(pc);
+    mark("gathered");
     const answer = await api(`/v1/sessions/${state.session.session_id}/offer`, {
       method: "POST", token: state.session.token,
       body: { sdp: pc.localDescription.sdp, type: "offer" },
     });
+    mark("answer");
     await pc.setRemoteDescription(answer);
     state.timers.push(setInterval(() => pollStats().catch(() => {}), 1000));
     $("mic").textContent = "Microphone on";
