@@ -23,11 +23,11 @@ from engine.pipeline import Pipeline
 from server.config import Settings
 from server.control import serve_control
 from server.errors import ApiError
+from server.manager import SessionManager
 from server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.presets import DEFAULT_PRESET, preset_pipelines
 from server.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.rtc import BadOffer
-from server.sessions import SessionManager
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 API = "/v1"
@@ -81,9 +81,7 @@ def create_app(settings: Settings | None = None, pipeline: Pipeline | None = Non
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in errors[:3]
-        )
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in errors[:3])
         return _error(400, "bad_request", detail or "malformed request")
 
     @app.exception_handler(StarletteHTTPException)

@@ -16,6 +16,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from server.errors import ApiError, ControlError
+from server.manager import SessionManager
 from server.metrics import ServerMetrics
 from server.protocol import (
     AudioAppend,
@@ -29,7 +30,7 @@ from server.protocol import (
     Speak,
     client_message,
 )
-from server.sessions import AvatarSession, SessionManager
+from server.sessions import AvatarSession
 
 CLOSE_SESSION_ENDED = 4000
 CLOSE_BUSY = 4409
@@ -86,9 +87,7 @@ class ControlConnection:
             await asyncio.gather(*tasks, return_exceptions=True)
         if tasks[2] in done:
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await self.ws.close(
-                    code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}"
-                )
+                await self.ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}")
 
     async def _write(self) -> None:
         if self.session.started.is_set():
@@ -113,13 +112,9 @@ class ControlConnection:
     def _on_binary(self, data: bytes) -> None:
         rate, self._binary_rate = self._binary_rate, None
         if rate is None:
-            raise ControlError(
-                "unexpected_binary", "binary audio must follow an audio.append without `audio`"
-            )
+            raise ControlError("unexpected_binary", "binary audio must follow an audio.append without `audio`")
         if len(data) > self.max_bytes:
-            raise ControlError(
-                "message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}"
-            )
+            raise ControlError("message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}")
         self.session.append_audio(data, rate)
 
     async def _on_text(self, text: str) -> None:

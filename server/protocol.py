@@ -12,11 +12,12 @@ import base64
 import binascii
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
 
 from server.config import IceServer, Mode
 
 MIN_RATE, MAX_RATE = 8_000, 96_000
+Voice = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$")]
 
 
 class _Message(BaseModel):
@@ -28,14 +29,10 @@ class _Message(BaseModel):
 
 class SessionCreate(_Message):
     avatar: str | None = Field(None, description="built-in identity name; server default when omitted")
-    mode: Mode | None = Field(
-        None, description="mirror: the microphone drives the avatar; agent: the control API"
-    )
+    mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
-    record: bool = Field(
-        False, description="write the session as H.264/AAC MP4 to the server's record folder"
-    )
-    voice: str | None = Field(None, max_length=64, description="espeak-ng voice for `speak`")
+    record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
+    voice: Voice | None = Field(None, description="espeak-ng voice for `speak`")
     seed: int = 0
 
 
@@ -72,15 +69,13 @@ class Speak(_Message):
     type: Literal["speak"]
     text: str = Field(min_length=1)
     utterance_id: str | None = Field(None, max_length=64)
-    voice: str | None = Field(None, max_length=64)
+    voice: Voice | None = None
 
 
 class AudioAppend(_Message):
     type: Literal["audio.append"]
     sample_rate: int = Field(ge=MIN_RATE, le=MAX_RATE)
-    audio: str | None = Field(
-        None, description="base64 PCM16 LE mono; omitted: the next binary message carries it"
-    )
+    audio: str | None = Field(None, description="base64 PCM16 LE mono; omitted: the next binary message carries it")
 
     @field_validator("audio")
     @classmethod
@@ -108,7 +103,7 @@ class Interrupt(_Message):
 class Configure(_Message):
     type: Literal["config"]
     mode: Mode | None = None
-    voice: str | None = Field(None, max_length=64)
+    voice: Voice | None = None
 
 
 class Ping(_Message):
@@ -116,9 +111,7 @@ class Ping(_Message):
     id: str | int | None = None
 
 
-ClientMessage = Annotated[
-    Speak | AudioAppend | AudioCommit | Interrupt | Configure | Ping, Field(discriminator="type")
-]
+ClientMessage = Annotated[Speak | AudioAppend | AudioCommit | Interrupt | Configure | Ping, Field(discriminator="type")]
 client_message: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -180,6 +173,4 @@ class ErrorEvent(BaseModel):
     message: str
 
 
-ServerEvent = (
-    SessionReady | UtteranceQueued | PlaybackStarted | PlaybackFinished | MetricsEvent | Pong | ErrorEvent
-)
+ServerEvent = SessionReady | UtteranceQueued | PlaybackStarted | PlaybackFinished | MetricsEvent | Pong | ErrorEvent

@@ -1,15 +1,13 @@
-"""Avatar sessions: one peer, one engine session, one playout, one control socket each.
+"""One avatar session: one peer, one engine session, one playout, one control socket.
 
 ``AvatarSession`` wires the pieces (feed clock -> engine worker thread -> playout ->
-tracks, speech queue -> playback events) and owns their teardown. ``SessionManager``
-enforces the session cap and reaps sessions whose peer never came or went away.
+tracks; agent speech intake -> speech queue -> playback events) and owns their teardown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import secrets
 import time
@@ -42,7 +40,6 @@ from server.rtc import (
     answer,
     consume_microphone,
     create_peer,
-    last_rtcp_age,
 )
 from server.speech import SpeechQueue
 from server.worker import EngineWorker
@@ -395,126 +392,3 @@ class AvatarSession:
             self.metrics.deadline_misses.inc(event.deadline_misses - self._reported_misses)
             self._reported_misses = event.deadline_misses
             self.emit(event)
-
-
-class SessionManager:
-    """All live sessions of one app: the cap, lookup with token checks, and the reaper."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        pipelines: dict[str, Pipeline],
-        avatars: list[str],
-        metrics: ServerMetrics,
-        default_preset: str,
-    ) -> None:
-        self.settings = settings
-        self.pipelines = pipelines
-        self.avatars = avatars
-        self.metrics = metrics
-        self.default_preset = default_preset
-        self.sessions: dict[str, AvatarSession] = {}
-        self._reaper: asyncio.Task | None = None
-        self._closing: set[asyncio.Task] = set()
-
-    def create(self, options: SessionCreate) -> AvatarSession:
-        if len(self.sessions) >= self.settings.max_sessions:
-            self.metrics.sessions_rejected.labels("capacity").inc()
-            raise ApiError(
-                503,
-                "at_capacity",
-                f"the server is at its limit of {self.settings.max_sessions} sessions; try again later",
-            )
-        preset = options.quality or self.default_preset
-        if preset not in self.pipelines:
-            raise ApiError(
-                400,
-                "bad_quality",
-                f"unknown quality preset {preset!r}; choose one of: {', '.join(sorted(self.pipelines))}",
-            )
-        if options.avatar is None:
-            options = options.model_copy(update={"avatar": self.settings.default_avatar})
-        if options.avatar is not None and options.avatar not in self.avatars:
-            raise ApiError(
-                400,
-                "bad_avatar",
-                f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.avatars)}",
-            )
-        sid = "s_" + secrets.token_hex(8)
-        record_dir = self.settings.record_dir if options.record else None
-        session = AvatarSession(sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir)
-        self.sessions[sid] = session
-        self.metrics.sessions_created.inc()
-        self.metrics.sessions_active.set(len(self.sessions))
-        return session
-
-    def get(self, session_id: str, token: str | None) -> AvatarSession:
-        session = self.sessions.get(session_id)
-        if session is None or session.closing:
-            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
-        if token is None or not secrets.compare_digest(token, session.token):
-            raise ApiError(401, "bad_token", "missing or wrong session token")
-        return session
-
-    async def close(self, session_id: str, reason: str) -> None:
-        session = self.sessions.get(session_id)
-        if session is None:
-            return
-        try:
-            await session.close(reason)
-        finally:
-            if self.sessions.pop(session_id, None) is not None:
-                self.metrics.sessions_closed.labels(reason).inc()
-            self.metrics.sessions_active.set(len(self.sessions))
-
-    def close_soon(self, session_id: str, reason: str) -> None:
-        task = asyncio.create_task(self.close(session_id, reason))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    async def close_all(self) -> None:
-        await asyncio.gather(*(self.close(sid, "shutdown") for sid in list(self.sessions)))
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
-
-    # ---- reaper ---------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._reaper = asyncio.create_task(self._reap_loop(), name="session-reaper")
-
-    async def stop(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-        await self.close_all()
-
-    async def _reap_loop(self, interval_s: float = 1.0) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            for sid, session in list(self.sessions.items()):
-                try:
-                    reason = await self.reason_to_reap(session, time.monotonic())
-                except Exception:
-                    log.exception("session %s: liveness check failed", sid)
-                    reason = "check_failed"
-                if reason is not None:
-                    log.info("reaping session %s: %s", sid, reason)
-                    self.close_soon(sid, reason)
-
-    async def reason_to_reap(self, session: AvatarSession, now: float) -> str | None:
-        s = self.settings
-        if session.closed.is_set() or session.close_reason is not None:
-            return session.close_reason or "closed"
-        pc = session.pc
-        if pc is None:
-            return "no_offer" if now - session.created_at > s.offer_timeout_s else None
-        if pc.connectionState in ("failed", "closed"):
-            return f"peer_{pc.connectionState}"
-        if pc.connectionState != "connected":
-            return "connect_timeout" if now - (session.offered_at or now) > s.connect_timeout_s else None
-        heard = session.last_heard_at or now
-        age = await last_rtcp_age(pc)
-        if age is not None:
-            heard = max(heard, now - age)
-        return "peer_timeout" if now - heard > s.peer_timeout_s else None

@@ -30,8 +30,9 @@ ESPEAK_TEXT = "Hello there. I am a talking avatar, and this is what my voice sou
 
 @functools.cache
 def tiny_pipeline() -> Pipeline:
-    """The real default engine, one thread (the encoders and the event loop need the other core)."""
-    return Pipeline.from_config("tiny", device="cpu", threads=1)
+    """The real default engine. Tests that run it use conftest's ``one_thread``: the engine gets
+    one core, the encoders and the event loop the other, and the thread count is restored."""
+    return Pipeline.from_config("tiny", device="cpu")
 
 
 @functools.cache

@@ -19,6 +19,7 @@ FLAGS = [
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.usefixtures("one_thread"),
     pytest.mark.skipif(not shutil.which("chromium") and not shutil.os.path.exists(CHROMIUM),
                        reason="Debian chromium is not installed (.ci/run installs it)"),
 ]

@@ -17,6 +17,8 @@ from server_helpers import make_settings, running_server, wait_until
 
 from server.cli import main as cli_main
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 async def create(srv, **body) -> dict:
     res = await srv.http.post("/v1/sessions", json=body)
@@ -277,6 +279,9 @@ async def test_health_metrics_demo_page_and_docs():
         assert (await srv.http.get("/docs")).status_code == 200
         info = (await srv.http.get("/v1/info")).json()
         assert info["fps"] == 25 and "ada" in info["avatars"] and set(info["presets"]) == {"quality", "fast"}
+        fast = await create(srv, quality="fast", avatar="ada")
+        assert not srv.manager.sessions[fast["session_id"]].pipeline.config.schedule.interp
+        assert fast["avatar"] == "ada"
 
 
 def test_serve_refuses_a_public_bind_without_auth_token(capsys):

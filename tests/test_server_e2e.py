@@ -26,6 +26,9 @@ from server_helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
 # aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
 # video frame once the next frame's first packet arrives: receiver hold-back, not sender skew.

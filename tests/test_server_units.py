@@ -161,7 +161,7 @@ def test_client_messages_validate_by_type():
     for bad in ({"type": "nope"}, {"type": "speak"}, {"type": "speak", "text": ""},
                 {"type": "audio.append", "sample_rate": 100}, {"type": "audio.append", "sample_rate": 16000,
                                                                 "audio": "not base64!"},
-                {"type": "ping", "extra": 1}):
+                {"type": "ping", "extra": 1}, {"type": "speak", "text": "x", "voice": "--help"}):
         with pytest.raises(ValidationError):
             client_message.validate_python(bad)
 
