@@ -25,6 +25,10 @@ from server.app import create_app
 from server.config import Settings
 from server.tts import _read_wav
 
+VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
+# aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
+# video frame once the next frame's first packet arrives: receiver hold-back, not sender skew.
+AUDIO_HOLD_S, VIDEO_HOLD_S = 4 * 0.020, 1 / 25
 ESPEAK_TEXT = "Hello there. I am a talking avatar, and this is what my voice sounds like."
 
 
@@ -96,14 +100,16 @@ async def running_server(settings: Settings | None = None) -> AsyncIterator[Runn
 
 
 class SpeechTrack(MediaStreamTrack):
-    """A microphone stand-in: int16 mono PCM in 20 ms frames, paced in real time, then silence."""
+    """A microphone stand-in: int16 mono PCM in 20 ms frames, paced in real time, then silence
+    (or the clip again, with ``loop``)."""
 
     kind = "audio"
 
-    def __init__(self, pcm: np.ndarray, rate: int = 16000) -> None:
+    def __init__(self, pcm: np.ndarray, rate: int = 16000, loop: bool = False) -> None:
         super().__init__()
         self._pcm = pcm
         self._rate = rate
+        self._loop = loop
         self._n = 0
         self._start: float | None = None
         self.sent_samples = 0
@@ -117,7 +123,8 @@ class SpeechTrack(MediaStreamTrack):
         delay = self._start + self._n * 0.02 - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        chunk = self._pcm[self._n * step : (self._n + 1) * step]
+        start = self._n * step % self._pcm.size if self._loop else self._n * step
+        chunk = self._pcm[start : start + step]
         chunk = np.pad(chunk, (0, step - chunk.size))
         frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1).astype(np.int16), format="s16", layout="mono")
         frame.sample_rate = self._rate
@@ -140,7 +147,30 @@ class Received:
     time_base: Fraction | None = None
 
 
-async def collect(track: MediaStreamTrack, into: Received, until: asyncio.Event) -> None:
+def release_phase(rx: Received, clock: int, start: int = 0, stop: int | None = None) -> float:
+    """Median of (arrival - media time) over frames [start, stop): when the track plays media time 0."""
+    pts = np.asarray(rx.pts[start:stop], dtype=np.int64)
+    arrival = np.asarray(rx.arrival[start:stop])
+    return float(np.median(arrival - (pts - rx.pts[0]) / clock))
+
+
+def av_offset(video: Received, audio: Received, window: tuple[float, float] | None = None) -> float:
+    """Seconds by which the audio the client hears leads the video it sees (receiver hold-back removed).
+
+    Both tracks start at the same media instant, so each track's first frame anchors its media time.
+    ``window`` limits the estimate to frames that arrived within (t0, t1) on the monotonic clock.
+    """
+
+    def phase(rx: Received, clock: int) -> float:
+        if window is None:
+            return release_phase(rx, clock)
+        idx = np.flatnonzero((np.asarray(rx.arrival) >= window[0]) & (np.asarray(rx.arrival) < window[1]))
+        return release_phase(rx, clock, int(idx[0]), int(idx[-1]) + 1)
+
+    return (phase(audio, OPUS_CLOCK) - AUDIO_HOLD_S) - (phase(video, VIDEO_CLOCK) - VIDEO_HOLD_S)
+
+
+async def collect(track: MediaStreamTrack, into: Received, until: asyncio.Event, keep_audio: bool = True) -> None:
     while not until.is_set():
         try:
             frame = await track.recv()
@@ -151,7 +181,7 @@ async def collect(track: MediaStreamTrack, into: Received, until: asyncio.Event)
         into.time_base = frame.time_base
         if isinstance(frame, av.VideoFrame):
             into.shapes.append((frame.height, frame.width))
-        else:
+        elif keep_audio:
             into.audio.append(frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0].copy())
 
 

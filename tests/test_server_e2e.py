@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 import websockets
 from server_helpers import (
+    OPUS_CLOCK,
+    VIDEO_CLOCK,
     Received,
     SpeechTrack,
+    av_offset,
     collect,
     connect_client,
     loopback_only,
@@ -27,19 +30,6 @@ from server_helpers import (
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
-# aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
-# video frame once the next frame's first packet arrives: receiver hold-back, not sender skew.
-AUDIO_HOLD_S, VIDEO_HOLD_S = 4 * 0.020, 1 / 25
-
-
-def lag(rx: Received, clock: int) -> float:
-    """Median of (arrival - media time since the track's first frame): the track's release phase."""
-    pts = np.asarray(rx.pts, dtype=np.int64)
-    media = (pts - pts[0]) / clock
-    return float(np.median(np.asarray(rx.arrival) - rx.arrival[0] - media)) + rx.arrival[0]
 
 
 class Events:
@@ -55,6 +45,12 @@ class Events:
             async for raw in self.ws:
                 self.items.append((time.monotonic(), json.loads(raw)))
 
+    def has(self, kind: str, utterance_id: str) -> bool:
+        return any(e.get("utterance_id") == utterance_id for e in self.of(kind))
+
+    def summary(self) -> list[dict]:
+        return [e for _, e in self.items if e["type"] != "metrics"]
+
     def of(self, kind: str) -> list[dict]:
         return [e for _, e in self.items if e["type"] == kind]
 
@@ -62,7 +58,7 @@ class Events:
         for i, (_, e) in enumerate(self.items):
             if e["type"] == kind and e.get("utterance_id") == utterance_id:
                 return i
-        raise AssertionError(f"no {kind} for {utterance_id}: {[e for _, e in self.items if e['type'] != 'metrics']}")
+        raise AssertionError(f"no {kind} for {utterance_id}: {self.summary()}")
 
 
 async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
@@ -87,6 +83,9 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
         ]
         assert await wait_until(lambda: len(video.pts) >= 75 and len(audio.pts) >= 100, 20)
         first_frame_s = video.arrival[0] - t_offer
+        again = await srv.http.post(f"/v1/sessions/{session['session_id']}/offer", headers=auth,
+                                    json={"sdp": pc.localDescription.sdp, "type": "offer"})
+        assert again.status_code == 409 and again.json()["error"]["code"] == "already_offered"
 
         # Agent mode: one utterance from the server's TTS, one pushed as PCM16 at another rate.
         await ws.send(json.dumps({"type": "config", "mode": "agent"}))
@@ -98,8 +97,14 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
         await ws.send(tone[6000:].tobytes())
         await ws.send(json.dumps({"type": "audio.commit", "utterance_id": "u2"}))
         await ws.send(json.dumps({"type": "ping", "id": 7}))
-        done = lambda: any(e.get("utterance_id") == "u2" for e in events.of("playback.finished"))  # noqa: E731
-        assert await wait_until(done, 30), [e for _, e in events.items if e["type"] != "metrics"]
+        assert await wait_until(lambda: events.has("playback.finished", "u2"), 30), events.summary()
+        # Interrupt mid-utterance: it closes as interrupted well before its natural end.
+        await ws.send(json.dumps({"type": "speak", "utterance_id": "u3",
+                                  "text": "This is a long sentence that will be cut off long before it ends, "
+                                          "because the user has something more important to say."}))
+        assert await wait_until(lambda: events.has("playback.started", "u3"), 15), events.summary()
+        await ws.send(json.dumps({"type": "interrupt"}))
+        assert await wait_until(lambda: events.has("playback.finished", "u3"), 5), events.summary()
         stop.set()
 
         # Video at the engine's size, audio in 20 ms Opus frames; both on their media clock: pts
@@ -115,20 +120,25 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
             assert len(rx.pts) >= 0.5 * media_span * clock / period, np.unique(steps, return_counts=True)
         assert np.abs(np.concatenate(audio.audio)).max() > 1000  # the avatar's voice, not silence
         # A/V alignment: both tracks release media time t at the same wall time (within a frame).
-        offset = (lag(audio, OPUS_CLOCK) - AUDIO_HOLD_S) - (lag(video, VIDEO_CLOCK) - VIDEO_HOLD_S)
+        offset = av_offset(video, audio)
         assert abs(offset) <= 1 / 25, f"A/V offset {offset * 1000:.1f} ms"
 
         # Control protocol: ready first; each utterance queued -> started -> finished, in order.
         kinds = [e["type"] for _, e in events.items]
         assert kinds[0] == "session.ready"
-        for uid in ("u1", "u2"):
+        u3 = next(e for e in events.of("playback.finished") if e["utterance_id"] == "u3")
+        u3_len = next(e for e in events.of("utterance.queued") if e["utterance_id"] == "u3")["duration_s"]
+        u3_start = next(e for e in events.of("playback.started") if e["utterance_id"] == "u3")["pts"]
+        assert u3["interrupted"] and u3["pts"] - u3_start < u3_len - 1.0
+        for uid in ("u1", "u2", "u3"):
             assert (events.index("utterance.queued", uid) < events.index("playback.started", uid)
                     < events.index("playback.finished", uid))
         assert events.index("playback.finished", "u1") < events.index("playback.started", "u2")
         assert events.of("pong")[0]["id"] == 7
         metrics = events.of("metrics")
         assert metrics and metrics[-1]["mic_seconds"] > 1.0 and metrics[-1]["frames_generated"] > 0
-        assert not events.of("error"), events.of("error")
+        # The only error allowed is the machine's: a contended CPU can leave the engine behind real time.
+        assert {e["code"] for e in events.of("error")} <= {"engine_overloaded"}, events.of("error")
         u1 = next(e for e in events.of("utterance.queued") if e["utterance_id"] == "u1")
         assert 0.5 < u1["duration_s"] < 3.0
 
@@ -136,6 +146,7 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
         server_pc = srv.manager.sessions[session["session_id"]].pc
         res = await srv.http.delete(f"/v1/sessions/{session['session_id']}", headers=auth)
         assert res.status_code == 204
+        assert (await srv.http.delete(f"/v1/sessions/{session['session_id']}", headers=auth)).status_code == 404
         assert srv.manager.sessions == {}
         assert server_pc.connectionState == "closed"
         assert await wait_until(lambda: not server_threads() and not session_tasks(), 5), (

@@ -1,0 +1,89 @@
+"""Long-session measurement over WebRTC (``make soak``; ``AVATAR_SOAK_S`` sets the length, default 120 s).
+
+Reports and checks the serving targets: A/V offset within one frame over the whole session,
+deadline misses at steady state, engine state memory flat, time to first frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import websockets
+from server_helpers import (
+    Received,
+    SpeechTrack,
+    av_offset,
+    collect,
+    connect_client,
+    loopback_only,
+    make_settings,
+    running_server,
+    speech_pcm16,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+WARMUP_S = 15.0
+
+
+async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
+    duration = float(os.environ.get("AVATAR_SOAK_S", "120"))
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(max_sessions=1)) as srv:
+        session = (await srv.http.post("/v1/sessions", json={"mode": "mirror"})).json()
+        ws = await websockets.connect(
+            f"{srv.ws_url}/v1/sessions/{session['session_id']}/control?token={session['token']}"
+        )
+        metrics: list[tuple[float, dict]] = []
+
+        async def read_events() -> None:
+            async for raw in ws:
+                event = json.loads(raw)
+                if event["type"] == "metrics":
+                    metrics.append((time.monotonic(), event))
+
+        reader = asyncio.create_task(read_events())
+        t0 = time.monotonic()
+        pc = await connect_client(srv, session, SpeechTrack(speech_pcm16(), loop=True))
+        video, audio, stop = Received("video"), Received("audio"), asyncio.Event()
+        tasks = [asyncio.create_task(collect(r.track, video if r.track.kind == "video" else audio, stop, False))
+                 for r in pc.getReceivers()]
+        server_session = srv.manager.sessions[session["session_id"]]
+        await asyncio.sleep(WARMUP_S)
+        nbytes_warm = server_session.engine.nbytes()
+        stats_warm = server_session.playout.stats()
+        await asyncio.sleep(max(0.0, duration - WARMUP_S))
+        stats_end = server_session.playout.stats()
+        nbytes_end = server_session.engine.nbytes()
+        stop.set()
+        first_frame = video.arrival[0] - t0
+
+        windows = np.arange(video.arrival[0], video.arrival[-1] - 5, 30.0)
+        offsets = [av_offset(video, audio, (w, w + 30.0)) for w in windows] or [av_offset(video, audio)]
+        slots = (stats_end.frames_shown + stats_end.deadline_misses) - (
+            stats_warm.frames_shown + stats_warm.deadline_misses)
+        misses = stats_end.deadline_misses - stats_warm.deadline_misses
+        miss_ratio = misses / max(1, slots)
+        server_av = max(abs(m["av_offset_ms"]) for _, m in metrics)
+        growth = (nbytes_end - nbytes_warm) / nbytes_warm
+        print(f"\nsoak {duration:.0f} s: first frame {first_frame * 1000:.0f} ms after offer; "
+              f"steady-state deadline misses {misses}/{slots} = {100 * miss_ratio:.2f}% "
+              f"(drops {stats_end.drops - stats_warm.drops}, repeats {stats_end.repeats - stats_warm.repeats}); "
+              f"playout delay {stats_end.delay * 1000:.0f} ms; client A/V offset per 30 s window (ms) "
+              f"{[round(o * 1000, 1) for o in offsets]}; server A/V offset max {server_av:.1f} ms; "
+              f"engine state {nbytes_warm} -> {nbytes_end} bytes ({100 * growth:+.2f}%)")
+
+        await srv.http.delete(f"/v1/sessions/{session['session_id']}",
+                              headers={"Authorization": f"Bearer {session['token']}"})
+        await pc.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        reader.cancel()
+
+        assert max(abs(o) for o in offsets) <= 1 / 25
+        assert server_av <= 40
+        assert abs(growth) <= 0.02
+        assert miss_ratio <= 0.005
