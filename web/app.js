@@ -108,7 +108,7 @@ function watchFirstFrame(video) {
     state.stats.ttffMs = performance.now() - state.startedAt;
     state.stats.ttffFromLoadMs = performance.now();
     mark("firstFrame");
-    $("s-ttff").textContent = `${state.stats.ttffMs.toFixed(0)} ms (page load → frame ${state.stats.ttffFromLoadMs.toFixed(0)} ms)`;
+    $("s-ttff").textContent = `${state.stats.ttffMs.toFixed(0)} ms after Start · ${state.stats.ttffFromLoadMs.toFixed(0)} ms after page load`;
     log(`first frame after ${state.stats.ttffMs.toFixed(0)} ms`);
   };
   if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(mark);
