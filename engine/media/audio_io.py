@@ -25,14 +25,18 @@ def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     with container:
         if not container.streams.audio:
             raise MediaError(f"no audio stream in {path}")
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=sample_rate)
+        # Down-mix by averaging the channels: libswresample's float stereo->mono matrix
+        # adds both at -3 dB, so a centred voice came out sqrt(2) louder and clipped.
+        layout = container.streams.audio[0].layout
+        resampler = av.AudioResampler(format="fltp", layout=layout if layout.nb_channels else "mono",
+                                      rate=sample_rate)
         parts: list[np.ndarray] = []
         try:
             for frame in container.decode(audio=0):
                 for out in resampler.resample(frame):
-                    parts.append(out.to_ndarray().reshape(-1))
+                    parts.append(out.to_ndarray().mean(axis=0))
             for out in resampler.resample(None):
-                parts.append(out.to_ndarray().reshape(-1))
+                parts.append(out.to_ndarray().mean(axis=0))
         except av.error.FFmpegError as exc:
             raise MediaError(f"cannot decode audio in {path}: {exc}") from None
     pcm = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -64,5 +65,13 @@ class Module(nn.Module):
         return self
 
     def shape_signature(self, config: EngineConfig) -> object:
-        """The part of a config that decides this module's tensor shapes."""
-        return config.to_json()
+        """The part of a config that decides this module's tensor shapes.
+
+        Run-time knobs (sampling steps, timestep shift, compute dtype, the I-chunk pass)
+        are left out, so ``--steps``/``--no-interp``/``dtype`` work with saved weights.
+        """
+        raw = json.loads(config.to_json())
+        for key in ("steps", "interp_steps", "shift", "dtype"):
+            raw.pop(key, None)
+        raw["schedule"].pop("interp", None)
+        return raw

@@ -1,0 +1,82 @@
+"""Shared fixtures.
+
+Engine tests (``tests/test_engine_*.py``) use a session-wide ``micro`` pipeline whose
+weights are random but *alive*: the modules zero-initialise their output layers (so a
+fresh DiT predicts zero velocity and a fresh SR adds nothing), which would make many
+checks vacuous, so every all-zero parameter gets small seeded random values and the set
+is saved and loaded back through the real checkpoint path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.bench import speech_like
+from engine.config import get_config
+from engine.models import ModelSet
+from engine.modules.base import Module
+from engine.pipeline import Pipeline
+
+
+def enliven(module: Module, seed: int, std: float = 0.05) -> Module:
+    """Give every all-zero parameter of ``module`` seeded random values (in place)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            if not bool(p.detach().abs().max() > 0):
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+    return module
+
+
+def living_models(config_name: str = "micro", seed: int = 0) -> ModelSet:
+    """A ModelSet with deterministic random weights and no zero-initialised outputs."""
+    models = ModelSet.build(get_config(config_name), seed)
+    for i, module in enumerate(models.modules().values()):
+        enliven(module, seed * 100 + i + 1)
+    return models
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one thread for a test that times nothing; the previous count is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def micro_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of ``micro`` checkpoints (``<name>.safetensors``) with living weights."""
+    folder = tmp_path_factory.mktemp("micro_weights")
+    living_models("micro").save_dir(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def micro_pipe(micro_weights: Path) -> Pipeline:
+    pipe = Pipeline.from_config("micro", weights=micro_weights)
+    assert pipe.weights_loaded == ["audio", "encoder", "dit", "sr", "decoder"]
+    return pipe
+
+
+@pytest.fixture(scope="session")
+def micro_pipe_nointerp(micro_weights: Path) -> Pipeline:
+    pipe = Pipeline.from_config("micro", interp=False, weights=micro_weights)
+    assert pipe.weights_loaded == ["audio", "encoder", "dit", "sr", "decoder"]
+    return pipe
+
+
+@pytest.fixture(scope="session")
+def speech() -> Callable[..., np.ndarray]:
+    """``speech(seconds, seed=0, sample_rate=16000)``: deterministic speech-like float32 mono."""
+
+    def make(seconds: float, seed: int = 0, sample_rate: int = 16000) -> np.ndarray:
+        return speech_like(seconds, sample_rate, seed)
+
+    return make

@@ -1,0 +1,139 @@
+"""Causal video VAE: streaming decode equals whole-sequence decode; time layout rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import enliven
+
+from engine.config import get_config
+from engine.modules.vae import DecoderCache, VAEDecoder, VAEEncoder, latent_count, latent_frames
+from engine.stages.decode_publish import frame_span
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def decoder(name: str, seed: int = 0) -> VAEDecoder:
+    torch.manual_seed(seed)
+    return enliven(VAEDecoder(get_config(name)), seed + 1).eval()
+
+
+def latents(dec: VAEDecoder, count: int, seed: int) -> torch.Tensor:
+    v = dec.config.vae
+    return 2 * torch.randn(1, count, v.latent_channels, *v.latent_hw, generator=torch.Generator().manual_seed(seed))
+
+
+def decode_in_chunks(dec: VAEDecoder, z: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, list[int]]:
+    cache = dec.init_cache()
+    parts, counts, at = [], [], 0
+    with torch.inference_mode():
+        for size in sizes:
+            frames, cache = dec.step(z[:, at:at + size], cache)
+            parts.append(frames)
+            counts.append(frames.shape[1])
+            at += size
+    assert at == z.shape[1]
+    return torch.cat(parts, dim=1), counts
+
+
+def split(total: int, size: int) -> list[int]:
+    return [min(size, total - i) for i in range(0, total, size)]
+
+
+@pytest.mark.parametrize("name,sizes", [("micro", [1, 2, 3, 4, 5, 13]), ("tiny", [1, 3])])
+def test_streaming_decode_equals_whole_sequence(name: str, sizes: list[int]) -> None:
+    dec = decoder(name)
+    assert dec.dtype == torch.float32
+    td = dec.config.vae.temporal_down
+    total = 13
+    z = latents(dec, total, seed=1)
+    with torch.inference_mode():
+        whole, cache = dec.step(z, dec.init_cache())
+    v = dec.config.vae
+    assert whole.shape == (1, 1 + td * (total - 1), 3, v.height, v.width)
+    assert cache.started and whole.std() > 0.01  # not a flat picture
+    schedules = [split(total, size) for size in sizes] + [[1, 2, 3, 1, 4, 2]]
+    for chunks in schedules:
+        streamed, counts = decode_in_chunks(dec, z, chunks)
+        # the first latent covers one frame, every later latent td frames
+        assert counts == [1 + td * (chunks[0] - 1)] + [td * n for n in chunks[1:]]
+        assert streamed.shape == whole.shape
+        diff = (streamed - whole).abs().max().item()
+        assert diff < 1e-4, f"chunks {chunks}: max abs diff {diff}"
+
+
+def test_the_causal_cache_is_what_makes_streaming_exact() -> None:
+    dec = decoder("micro", seed=3)
+    z = latents(dec, 6, seed=2)
+    with torch.inference_mode():
+        whole, _ = dec.step(z, dec.init_cache())
+        first, cache = dec.step(z[:, :3], dec.init_cache())
+        forgetful = DecoderCache(tuple(torch.zeros_like(t) for t in cache.prev), started=True)
+        wrong, _ = dec.step(z[:, 3:], forgetful)
+        # a later latent never changes frames already decoded (causality)
+        changed = z.clone()
+        changed[:, 4:] += 1.0
+        again, _ = dec.step(changed, dec.init_cache())
+    n_first = first.shape[1]
+    assert (wrong - whole[:, n_first:]).abs().max() > 1e-3
+    end_of_latent3 = latent_frames(3, 4)[1]
+    assert torch.equal(again[:, :end_of_latent3], whole[:, :end_of_latent3])
+    assert (again[:, end_of_latent3:] - whole[:, end_of_latent3:]).abs().max() > 1e-3
+    assert 1 + 4 * 2 == n_first
+
+
+def test_decoder_cache_size_is_fixed() -> None:
+    dec = decoder("micro")
+    cache = dec.init_cache()
+    size = cache.nbytes()
+    with torch.inference_mode():
+        for n in (1, 3, 7):
+            _, cache = dec.step(latents(dec, n, seed=n), cache)
+            assert cache.nbytes() == size
+
+
+@pytest.mark.parametrize("name", ["micro", "tiny"])
+def test_encoder_latent_count_and_bad_lengths(name: str) -> None:
+    cfg = get_config(name)
+    torch.manual_seed(0)
+    enc = VAEEncoder(cfg).eval()
+    v = cfg.vae
+    td = v.temporal_down
+    h, w = v.latent_hw
+    gen = torch.Generator().manual_seed(1)
+    for k in (0, 1, 2) if name == "tiny" else (0, 1, 2, 5):
+        video = torch.rand(2, 1 + td * k, 3, v.height, v.width, generator=gen) * 2 - 1
+        with torch.inference_mode():
+            mean, logvar = enc(video)
+        assert mean.shape == logvar.shape == (2, k + 1, v.latent_channels, h, w)
+        assert latent_count(video.shape[1], td) == k + 1
+        if k == 2:
+            # each latent sees only its own frames: frame 1 belongs to latent 1 alone
+            bumped = video.clone()
+            bumped[:, 1] = -bumped[:, 1]
+            with torch.inference_mode():
+                mean2, _ = enc(bumped)
+            assert torch.equal(mean2[:, 0], mean[:, 0]) and torch.equal(mean2[:, 2], mean[:, 2])
+            assert not torch.equal(mean2[:, 1], mean[:, 1])
+            with torch.inference_mode():
+                image = enc.encode_image(video[:, 0])
+            assert (image - mean[:, 0]).abs().max() < 1e-5
+    for bad in (2, td, td + 2, 2 * td):
+        with pytest.raises(ValueError):
+            enc(torch.zeros(1, bad, 3, v.height, v.width))
+
+
+def test_latent_time_layout() -> None:
+    for td in (1, 2, 4):
+        for count in range(1, 9):
+            covered = [latent_frames(g, td) for g in range(count)]
+            assert covered[0] == (0, 1)
+            assert all(a[1] == b[0] for a, b in zip(covered, covered[1:], strict=False))
+            assert all(hi - lo == td for lo, hi in covered[1:])
+            frames = 1 + td * (count - 1)
+            assert covered[-1][1] == frames
+            assert frame_span(0, count, td) == (0, frames)
+            assert frame_span(2, count, td) == (latent_frames(2, td)[0], latent_frames(count + 1, td)[1])
+        for n in range(0, 40):
+            need = latent_count(n, td)
+            assert need == (0 if n == 0 else min(g for g in range(1, 50) if 1 + td * (g - 1) >= n))
