@@ -73,6 +73,7 @@ class SessionManager:
         record_dir = self.settings.record_dir if options.record else None
         session = AvatarSession(sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir)
         self.sessions[sid] = session
+        session.start_engine()
         self.metrics.sessions_created.inc()
         return session
 

@@ -157,7 +157,7 @@ class MetricsEvent(BaseModel):
     frames_played: int = Field(description="fresh frames shown (repeats excluded)")
     frames_generated: int
     engine_backlog_ms: float
-    av_offset_ms: float
+    av_offset_ms: float = Field(description="audio minus video release phase, measured; positive: audio later")
     mic_seconds: float
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -21,7 +24,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from server.audio import Resampler
 from server.config import IceServer
-from server.playout import PlayoutBuffer, PlayoutClosed, VideoOut
+from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
 
 log = logging.getLogger(__name__)
 VIDEO_CLOCK = 90_000
@@ -29,6 +32,26 @@ VIDEO_CLOCK = 90_000
 
 class BadOffer(ValueError):
     """The client's SDP offer cannot be used (malformed, or lacks audio/video sections)."""
+
+
+class SyncProbe:
+    """Measured A/V offset at release: for each track, wall time of release minus the media time
+    released (median of recent ones); audio's minus video's. Playout's own figure is computed
+    from its grid; this one includes event-loop lateness, which the browser hears and sees."""
+
+    def __init__(self, window: int = 50) -> None:
+        self._phase: dict[str, deque[float]] = {"audio": deque(maxlen=window), "video": deque(maxlen=window)}
+
+    def released(self, kind: str, media_time: float, now: float | None = None) -> None:
+        self._phase[kind].append((time.monotonic() if now is None else now) - media_time)
+
+    @property
+    def offset_s(self) -> float | None:
+        """Positive: audio for media time t is released after the video for t."""
+        audio, video = self._phase["audio"], self._phase["video"]
+        if not audio or not video:
+            return None
+        return statistics.median(audio) - statistics.median(video)
 
 
 class PlayoutVideoTrack(MediaStreamTrack):
@@ -56,10 +79,11 @@ class PlayoutVideoTrack(MediaStreamTrack):
 class PlayoutAudioTrack(MediaStreamTrack):
     kind = "audio"
 
-    def __init__(self, playout: PlayoutBuffer, sample_rate: int) -> None:
+    def __init__(self, playout: PlayoutBuffer, sample_rate: int, on_played: Callable[[AudioOut], None]) -> None:
         super().__init__()
         self._playout = playout
         self._rate = sample_rate
+        self._on_played = on_played
 
     async def recv(self) -> av.AudioFrame:
         try:
@@ -72,12 +96,11 @@ class PlayoutAudioTrack(MediaStreamTrack):
         frame.sample_rate = self._rate
         frame.pts = out.pts
         frame.time_base = Fraction(1, self._rate)
+        self._on_played(out)
         return frame
 
 
-async def consume_microphone(
-    track: MediaStreamTrack, sample_rate: int, sink: Callable[[np.ndarray], None]
-) -> None:
+async def consume_microphone(track: MediaStreamTrack, sample_rate: int, sink: Callable[[np.ndarray], None]) -> None:
     """Read the inbound track until it ends, resampled once to the engine's rate.
 
     Always reading (even when the mode ignores the mic) keeps aiortc's receive queue empty.

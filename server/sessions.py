@@ -25,7 +25,7 @@ from server.feeder import Feeder, SampleFifo
 from server.intake import SpeechIntake
 from server.metrics import ServerMetrics
 from server.playback import PlaybackTracker
-from server.playout import PlayoutBuffer, PlayoutClosed, VideoOut
+from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
 from server.protocol import (
     ErrorEvent,
     MetricsEvent,
@@ -37,6 +37,7 @@ from server.recorder import MP4Recorder
 from server.rtc import (
     PlayoutAudioTrack,
     PlayoutVideoTrack,
+    SyncProbe,
     answer,
     consume_microphone,
     create_peer,
@@ -73,6 +74,8 @@ class AvatarSession:
         self.offered_at: float | None = None
         self.first_frame_at: float | None = None
         self.last_heard_at: float | None = None  # connection, or the latest inbound media
+        self.connected_at: float | None = None
+        self.engine_started_at: float | None = None
         self.close_reason: str | None = None
 
         sr = self.sample_rate
@@ -88,11 +91,13 @@ class AvatarSession:
         )
         self.tracker = PlaybackTracker(sr, self.fps)
         self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
+        self.sync = SyncProbe()
         self.recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
 
         self.pc: RTCPeerConnection | None = None
         self.engine = None
         self.worker: EngineWorker | None = None
+        self.engine_started = asyncio.Event()
         self.started = asyncio.Event()
         self.connected = asyncio.Event()
         self.closed = asyncio.Event()
@@ -116,26 +121,11 @@ class AvatarSession:
 
     # ---- lifecycle ---------------------------------------------------------------------
 
-    async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
-        """Answer the browser's offer and start the engine while ICE/DTLS connect."""
-        if self.pc is not None:
-            raise ApiError(409, "already_offered", "this session already has a peer connection")
-        self.offered_at = time.monotonic()
-        self.pc = pc = create_peer(self.settings.ice_servers)
-        pc.on("track", self._on_track)
-        pc.on("connectionstatechange", self._on_connection_state)
-        video = PlayoutVideoTrack(self.playout, self.fps, self._on_video_played)
-        audio = PlayoutAudioTrack(self.playout, self.sample_rate)
-        description = await answer(pc, offer, video, audio)
-        self._spawn(self._start_media(), "start")
-        return description
+    def start_engine(self) -> None:
+        """Open the engine session and compute its first chunk now, before the browser's offer."""
+        self._spawn(self._start_engine(), "engine-start")
 
-    async def _start_media(self) -> None:
-        """Open the engine and compute the first chunk during ICE; start the feed clock once connected.
-
-        The clock starting at connection (not at the offer) keeps connection time out of the
-        mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
-        """
+    async def _start_engine(self) -> None:
         try:
             self.engine = await asyncio.to_thread(self.pipeline.open_session, avatar=self.avatar, seed=self.seed)
         except Exception as exc:
@@ -146,7 +136,30 @@ class AvatarSession:
         self._prefill()
         self.worker = EngineWorker(self.engine, self._deliver_from_worker, name=f"engine-{self.id}")
         self.worker.start()
-        await self.connected.wait()
+        self.engine_started_at = time.monotonic()
+        self.engine_started.set()
+
+    async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        """Answer the browser's offer; media starts once ICE/DTLS connect."""
+        if self.pc is not None:
+            raise ApiError(409, "already_offered", "this session already has a peer connection")
+        self.offered_at = time.monotonic()
+        self.pc = pc = create_peer(self.settings.ice_servers)
+        pc.on("track", self._on_track)
+        pc.on("connectionstatechange", self._on_connection_state)
+        video = PlayoutVideoTrack(self.playout, self.fps, self._on_video_played)
+        audio = PlayoutAudioTrack(self.playout, self.sample_rate, self._on_audio_played)
+        description = await answer(pc, offer, video, audio)
+        self._spawn(self._start_media(), "media-start")
+        return description
+
+    async def _start_media(self) -> None:
+        """Start the feed clock once the peer is connected and the engine is up.
+
+        The clock starting at connection (not at session creation) keeps set-up time out of the
+        mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
+        """
+        await asyncio.gather(self.connected.wait(), self.engine_started.wait())
         self.feeder.start(time.monotonic())
         self._spawn(self._feed_loop(), "feed")
         self._spawn(self._metrics_loop(), "metrics")
@@ -217,7 +230,7 @@ class AvatarSession:
     async def _on_connection_state(self) -> None:
         state = self.pc.connectionState if self.pc is not None else "closed"
         if state == "connected":
-            self.last_heard_at = time.monotonic()
+            self.last_heard_at = self.connected_at = time.monotonic()
             self.connected.set()
         elif state in ("failed", "closed") and not self._closing:
             self._spawn(self.close(f"peer_{state}"), "close")
@@ -292,13 +305,27 @@ class AvatarSession:
 
     # ---- playout callbacks (event loop, from the outgoing tracks) -------------------------
 
+    def _on_audio_played(self, out: AudioOut) -> None:
+        if out.media_sample is not None:
+            self.sync.released("audio", out.media_sample / self.sample_rate)
+
     def _on_video_played(self, out: VideoOut) -> None:
+        self.sync.released("video", float(out.pts))
         self.metrics.frames_played.inc()
         if not out.repeated:
             self.frames_shown += 1
         if self.first_frame_at is None and self.offered_at is not None:
-            self.first_frame_at = time.monotonic()
-            self.metrics.first_frame_seconds.observe(self.first_frame_at - self.offered_at)
+            self.first_frame_at = now = time.monotonic()
+            self.metrics.first_frame_seconds.observe(now - self.offered_at)
+            log.info(
+                "session %s: first frame %.2f s after the offer (connected after %.2f s; engine up %.2f s "
+                "after creation, the offer came %.2f s after creation)",
+                self.id,
+                now - self.offered_at,
+                (self.connected_at or now) - self.offered_at,
+                (self.engine_started_at or now) - self.created_at,
+                self.offered_at - self.created_at,
+            )
         for event in self.tracker.on_played(out.media_slot):
             self.emit(event)
 
@@ -377,7 +404,7 @@ class AvatarSession:
             frames_played=stats.frames_shown,
             frames_generated=self.frames_generated,
             engine_backlog_ms=round(max(0, self.feeder.fed - self.generated_samples) * 1000 / self.sample_rate, 1),
-            av_offset_ms=round(stats.av_offset * 1000, 1),
+            av_offset_ms=round(1000 * (stats.av_offset if self.sync.offset_s is None else self.sync.offset_s), 1),
             mic_seconds=round(self.mic_samples / self.sample_rate, 2),
         )
 

@@ -155,7 +155,7 @@ def release_phase(rx: Received, clock: int, start: int = 0, stop: int | None = N
 
 
 def av_offset(video: Received, audio: Received, window: tuple[float, float] | None = None) -> float:
-    """Seconds by which the audio the client hears leads the video it sees (receiver hold-back removed).
+    """Seconds by which the audio the client gets lags the video it gets (receiver hold-back removed).
 
     Both tracks start at the same media instant, so each track's first frame anchors its media time.
     ``window`` limits the estimate to frames that arrived within (t0, t1) on the monotonic clock.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 import wave
 
 import pytest
@@ -48,7 +47,7 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
             page = context.pages[0] if context.pages else await context.new_page()
             console: list[str] = []
             page.on("console", lambda msg: console.append(msg.text))
-            t_load = time.monotonic()
+            page.on("response", lambda r: r.status >= 400 and console.append(f"{r.status} {r.url}"))
             await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
             await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
             ttff_from_load = await page.evaluate("window.avatarDemo.stats.ttffFromLoadMs")
@@ -74,12 +73,12 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
             kinds = await page.evaluate("window.avatarDemo.events.map(e => e.type)")
             assert kinds.index("utterance.queued") < kinds.index("playback.started") < kinds.index(
                 "playback.finished")
-            assert "error" not in kinds, console
+            errors = await page.evaluate("window.avatarDemo.events.filter(e => e.type === 'error')")
+            assert {e["code"] for e in errors} <= {"engine_overloaded"}, (errors, console)
 
             await page.click("#stop")
             assert await wait_until(lambda: not srv.manager.sessions, 10)
-            print(f"browser: page load -> first decoded frame {ttff_from_load:.0f} ms "
-                  f"(navigation to frame {1000 * (time.monotonic() - t_load):.0f} ms upper bound), "
+            print(f"browser: page load -> first decoded frame {ttff_from_load:.0f} ms, "
                   f"decoded {stats['framesDecoded']}, dropped {stats['framesDropped']}; steps after start (ms) {marks}")
         finally:
             await context.close()

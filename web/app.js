@@ -196,12 +196,19 @@ async function start() {
   const mode = $("mode").value;
   const token = $("token").value || undefined;
   try {
-    state.mic = await openMicrophone(mode);
-    mark("microphone");
-    state.session = await api("/v1/sessions", {
+    // Create the session first: the server warms the engine up while the microphone opens.
+    const created = api("/v1/sessions", {
       method: "POST", token,
       body: { mode, avatar: $("avatar").value || null, quality: $("quality").value || null },
     });
+    try {
+      state.mic = await openMicrophone(mode);
+    } catch (err) {
+      created.then((s) => api(`/v1/sessions/${s.session_id}`, { method: "DELETE", token: s.token })).catch(() => {});
+      throw err;
+    }
+    mark("microphone");
+    state.session = await created;
     mark("session");
     const pc = new RTCPeerConnection({ iceServers: state.session.ice_servers });
     state.pc = pc;
