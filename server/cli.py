@@ -48,7 +48,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         f"{ENV_PREFIX}MAX_SESSIONS, {ENV_PREFIX}ICE_SERVERS space-separated); flags win.",
     )
     for flag, field, kwargs in FLAGS:
-        parser.add_argument(flag, dest=field, default=None, **kwargs)
+        env = f"[env {ENV_PREFIX}{field.upper()}]"
+        parser.add_argument(flag, dest=field, default=None, **{**kwargs, "help": f"{kwargs['help']} {env}"})
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=serve)
     return parser

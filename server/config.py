@@ -53,7 +53,7 @@ class Settings(BaseModel):
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
     record_dir: Path = Path("recordings")
     default_mode: Mode = "mirror"
-    default_avatar: str | None = None
+    default_avatar: str | None = Field(None, description="the engine's default identity when unset")
     voice: str = "en-us"
 
     max_sdp_bytes: int = Field(32_768, ge=1024)

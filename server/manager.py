@@ -9,6 +9,7 @@ import logging
 import secrets
 import time
 
+from engine.avatars import DEFAULT_AVATAR
 from engine.pipeline import Pipeline
 from server.config import Settings
 from server.errors import ApiError
@@ -62,8 +63,8 @@ class SessionManager:
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(sorted(self.pipelines))}",
             )
         if options.avatar is None:
-            options = options.model_copy(update={"avatar": self.settings.default_avatar})
-        if options.avatar is not None and options.avatar not in self.avatars:
+            options = options.model_copy(update={"avatar": self.settings.default_avatar or DEFAULT_AVATAR})
+        if options.avatar not in self.avatars:
             raise ApiError(
                 400,
                 "bad_avatar",
