@@ -84,7 +84,8 @@ class Pipeline:
             torch.set_num_threads(threads)
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("--device cuda requested but no CUDA device is available")
-        models = ModelSet.build(config, seed)
+        with torch.device(device):  # initialise large models where they will run
+            models = ModelSet.build(config, seed)
         folder = Path(weights) if weights is not None else WEIGHTS_DIR / config.name
         loaded = models.load_dir(folder) if folder.exists() else []
         models.place(device, compute_dtype(config.dtype, device))

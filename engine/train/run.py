@@ -12,10 +12,7 @@ import platform
 import time
 from pathlib import Path
 
-import torch
-
 from engine.config import get_config
-from engine.models import ModelSet
 
 STAGES = ("vae", "latents", "dit", "sr")
 
@@ -42,6 +39,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from engine.models import ModelSet
     from engine.train.data import make_clip
     from engine.train.latents import build_latent_set, load_latent_set, save_latent_set
 

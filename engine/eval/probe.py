@@ -1,0 +1,225 @@
+"""Mouth-openness probe: a tiny CNN that reads how far the lips part from a video frame.
+
+Lip sync is scored on pixels, not on the model's internals, so any engine (the puppet,
+the trained model, a future one) is measured the same way. The probe is trained on
+puppet frames whose openness is known exactly, across many sampled identities, head
+poses, blinks and mouth shapes, with blur/noise/colour augmentation so it also reads
+the softer frames a generative model produces. Identities come from seeds below
+``HELD_OUT_SEED``; evaluation uses seeds at or above it, so the probe is always scored
+on faces it never saw.
+
+Regenerate the shipped weights with ``python -m engine.eval.probe`` (about 35 s of CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from engine.puppet import FaceState, Identity, render
+
+PROBE_PATH = Path(__file__).with_name("openness.safetensors")
+HELD_OUT_SEED = 10_000  # identity seeds >= this are never used for training anything in eval
+RENDER_SIZE = 256
+# Mouth region as fractions of a square frame: (top, bottom, left, right). It covers the
+# mouth under every pose the puppet's face tracks produce, plus the chin (jaw drop).
+CROP = (0.42, 0.77, 0.33, 0.67)
+INPUT = 32
+
+
+def square(frames: np.ndarray) -> np.ndarray:
+    """Centre-crop (T, H, W, 3) frames to square, the way the pipeline crops its reference."""
+    h, w = frames.shape[1:3]
+    if h == w:
+        return frames
+    s = min(h, w)
+    y, x = (h - s) // 2, (w - s) // 2
+    return frames[:, y : y + s, x : x + s]
+
+
+def mouth_crops(frames: np.ndarray) -> torch.Tensor:
+    """(T, H, W, 3) uint8 -> (T, 3, INPUT, INPUT) float in [0, 1]: the mouth region, any frame size."""
+    frames = square(np.asarray(frames))
+    s = frames.shape[1]
+    t, b, left, r = (round(f * s) for f in CROP)
+    x = torch.from_numpy(np.ascontiguousarray(frames[:, t:b, left:r])).permute(0, 3, 1, 2).float() / 255.0
+    return F.interpolate(x, size=(INPUT, INPUT), mode="bilinear", antialias=True, align_corners=False)
+
+
+class OpennessNet(nn.Module):
+    """Three strided convs and a small head (~25k weights), cheap enough to train in seconds.
+
+    Each crop is standardised first, so skin and lip colour matter less than shape.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ReLU(),
+        )
+        side = INPUT // 8
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * side * side, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(dim=(1, 2, 3), keepdim=True)
+        std = x.std(dim=(1, 2, 3), keepdim=True).clamp_min(0.02)
+        return self.head(self.features((x - mean) / std)).squeeze(1)
+
+
+def sample_state(rng: np.random.Generator) -> FaceState:
+    """A random face state spanning (and a little beyond) what ``face_track_from_audio`` produces."""
+    o = 0.0 if rng.random() < 0.2 else float(rng.uniform(0.0, 1.0))
+    active = min(o / 0.25, 1.0)
+    shape = rng.dirichlet([0.6, 0.6, 0.6]) * active
+    return FaceState(
+        openness=o,
+        closed=1.0 - active,
+        open=float(shape[0]),
+        rounded=float(shape[1]),
+        wide=float(shape[2]),
+        blink=float(rng.uniform(0.0, 1.0)) if rng.random() < 0.2 else 0.0,
+        yaw=float(np.clip(rng.normal(0.0, 0.1), -0.3, 0.3)),
+        pitch=float(np.clip(rng.normal(0.0, 0.08), -0.25, 0.25)),
+        roll=float(np.clip(rng.normal(0.0, 0.05), -0.15, 0.15)),
+        tx=float(np.clip(rng.normal(0.0, 0.015), -0.04, 0.04)),
+        ty=float(np.clip(rng.normal(0.0, 0.01), -0.03, 0.03)),
+        brow=float(rng.uniform(-0.6, 1.0)),
+        gaze_x=float(rng.uniform(-0.6, 0.6)),
+        gaze_y=float(rng.uniform(-0.4, 0.4)),
+    )
+
+
+def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mouth crops of 256x256 puppet frames and their true openness, for the given identity seeds."""
+    rng = np.random.default_rng(seed)
+    frames = np.empty((len(identity_seeds) * per_identity, RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
+    target = np.empty(frames.shape[0], dtype=np.float32)
+    i = 0
+    for s in identity_seeds:
+        ident = Identity.sample(np.random.default_rng(s), name=f"probe{s}")
+        for _ in range(per_identity):
+            state = sample_state(rng)
+            frames[i] = render(ident, state, RENDER_SIZE)
+            target[i] = state.openness
+            i += 1
+    return mouth_crops(frames), torch.from_numpy(target)
+
+
+def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Blur (down-up resampling), colour gain and noise: what a generator's frames look like."""
+    n = x.shape[0]
+    blur = torch.rand(n, generator=gen) < 0.5
+    if blur.any():
+        k = int(torch.randint(10, 26, (1,), generator=gen))
+        soft = F.interpolate(x[blur], size=(k, k), mode="bilinear", antialias=True, align_corners=False)
+        x = x.clone()
+        x[blur] = F.interpolate(soft, size=(INPUT, INPUT), mode="bilinear", align_corners=False)
+    gain = 1.0 + 0.08 * torch.randn(n, 3, 1, 1, generator=gen)
+    noise = 0.03 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(x.shape, generator=gen)
+    return (x * gain + noise).clamp(0.0, 1.0)
+
+
+def train_openness_probe(
+    seed: int = 0, out: Path | None = PROBE_PATH, identities: int = 320, per_identity: int = 8,
+    steps: int = 1000, log: bool = True,
+) -> dict[str, float | int]:
+    """Train the probe from scratch (deterministic for a seed) and save it; returns held-out errors.
+
+    Runs on one thread: the result then does not depend on the machine's core count, and
+    it leaves the other core to whatever else is running (~35 s of CPU in all).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(seed, out, identities, per_identity, steps, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(seed: int, out: Path | None, identities: int, per_identity: int, steps: int, log: bool) -> dict[str, float | int]:
+    t0 = time.process_time()
+    torch.manual_seed(seed)
+    x, y = probe_dataset(range(identities), per_identity, seed)
+    xv, yv = probe_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + 40), 8, seed + 1)
+    t_data = time.process_time() - t0
+    net = OpennessNet()
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.15)
+    running = 0.0
+    for step in range(steps):
+        idx = torch.randint(0, x.shape[0], (64,), generator=gen)
+        loss = F.smooth_l1_loss(net(augment(x[idx], gen)), y[idx], beta=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        running += loss.item()
+        if log and (step + 1) % 200 == 0:
+            print(f"probe step {step + 1}/{steps} loss {running / 200:.4f}")
+            running = 0.0
+    net.eval()
+    with torch.no_grad():
+        pred = net(xv).clamp(0.0, 1.0)
+    report = {
+        "seed": seed,
+        "train_frames": int(x.shape[0]),
+        "heldout_frames": int(xv.shape[0]),
+        "heldout_mae": float((pred - yv).abs().mean()),
+        "heldout_r": float(np.corrcoef(pred.numpy(), yv.numpy())[0, 1]),
+        "data_cpu_s": t_data,
+        "total_cpu_s": time.process_time() - t0,
+    }
+    if out is not None:
+        meta = {"seed": str(seed), "identities": str(identities), "per_identity": str(per_identity),
+                "steps": str(steps), "crop": json.dumps(CROP), "input": str(INPUT),
+                "heldout_mae": f"{report['heldout_mae']:.4f}", "heldout_r": f"{report['heldout_r']:.4f}"}
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(out), metadata=meta)
+        load_probe.cache_clear()
+    return report
+
+
+@functools.lru_cache(maxsize=4)
+def load_probe(path: Path = PROBE_PATH) -> OpennessNet:
+    """The shipped probe (loaded once per process; it is read-only)."""
+    if not path.exists():
+        raise FileNotFoundError(f"no openness probe at {path}; run `python -m engine.eval.probe` to train one")
+    net = OpennessNet()
+    net.load_state_dict(load_file(str(path)))
+    net.eval()
+    return net
+
+
+def measure_openness(frames: np.ndarray, probe: OpennessNet | None = None, batch: int = 256) -> np.ndarray:
+    """Mouth openness read from each frame of a (T, H, W, 3) uint8 video, (T,) float32 in [0, 1]."""
+    net = probe or load_probe()
+    out = np.empty(len(frames), dtype=np.float32)
+    with torch.inference_mode():
+        for i in range(0, len(frames), batch):
+            out[i : i + batch] = net(mouth_crops(frames[i : i + batch])).clamp(0.0, 1.0).numpy()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="train the mouth-openness probe used by `avatar eval`")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(PROBE_PATH))
+    args = parser.parse_args(argv)
+    report = train_openness_probe(args.seed, Path(args.out))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
