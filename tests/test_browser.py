@@ -82,3 +82,22 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
                   f"decoded {stats['framesDecoded']}, dropped {stats['framesDropped']}; steps after start (ms) {marks}")
         finally:
             await context.close()
+
+
+async def test_refused_microphone_gets_a_clear_message_and_leaves_no_session(tmp_path):
+    from playwright.async_api import async_playwright
+
+    flags = [f for f in FLAGS if f != "--use-fake-ui-for-media-stream"] + ["--deny-permission-prompts"]
+    async with running_server() as srv, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=flags)
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
+            await page.wait_for_function("document.querySelector('#message').textContent.length > 0",
+                                         timeout=15_000)
+            assert "Microphone access was refused" in await page.text_content("#message")
+            assert await page.text_content("#status") == "error"
+            assert await wait_until(lambda: not srv.manager.sessions, 5)
+        finally:
+            await context.close()
