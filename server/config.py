@@ -73,7 +73,7 @@ class Settings(BaseModel):
     playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
 
     offer_timeout_s: float = Field(30.0, gt=0, description="a created session that never gets an offer is reaped")
-    connect_timeout_s: float = Field(20.0, gt=0, description="offer answered but ICE/DTLS never connects")
+    connect_timeout_s: float = Field(8.0, gt=0, description="offer answered but ICE/DTLS never connects")
     peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP or media from the peer for this long: it is gone")
     metrics_interval_s: float = Field(1.0, gt=0)
 

@@ -12,6 +12,7 @@ import av
 import numpy as np
 import pytest
 import websockets
+from aiortc import RTCConfiguration, RTCPeerConnection
 from server_helpers import (
     OPUS_CLOCK,
     VIDEO_CLOCK,
@@ -192,3 +193,23 @@ async def test_departed_peer_is_freed_within_10_s(monkeypatch, how):
         stop.set()
         await pc.close()
         reader.cancel()
+
+
+async def test_peer_that_never_completes_ice_is_freed(monkeypatch):
+    """The offer is answered but the client never applies the answer: ICE cannot connect."""
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(connect_timeout_s=2.0)) as srv:
+        session = (await srv.http.post("/v1/sessions", json={"mode": "agent"})).json()
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTransceiver("audio", direction="recvonly")
+        pc.addTransceiver("video", direction="recvonly")
+        await pc.setLocalDescription(await pc.createOffer())
+        res = await srv.http.post(f"/v1/sessions/{session['session_id']}/offer",
+                                  json={"sdp": pc.localDescription.sdp, "type": "offer"},
+                                  headers={"Authorization": f"Bearer {session['token']}"})
+        assert res.status_code == 200
+        assert await wait_until(lambda: not srv.manager.sessions, 5)
+        assert await wait_until(lambda: not server_threads() and not session_tasks(), 2)
+        text = (await srv.http.get("/metrics")).text
+        assert 'avatar_sessions_closed_total{reason="connect_timeout"} 1.0' in text
+        await pc.close()
