@@ -36,11 +36,16 @@ class BadOffer(ValueError):
 
 class SyncProbe:
     """Measured A/V offset at release: for each track, wall time of release minus the media time
-    released (median of recent ones); audio's minus video's. Playout's own figure is computed
-    from its grid; this one includes event-loop lateness, which the browser hears and sees."""
+    released, median over the last ``window_s``; audio's minus video's. Playout's own figure is
+    computed from its grid; this one includes event-loop lateness, which the browser hears and
+    sees. Slots playout inserts while raising its delay carry no new media time and are skipped.
+    """
 
-    def __init__(self, window: int = 50) -> None:
-        self._phase: dict[str, deque[float]] = {"audio": deque(maxlen=window), "video": deque(maxlen=window)}
+    def __init__(self, fps: int, packets_per_s: int, window_s: float = 1.0) -> None:
+        self._phase = {
+            "audio": deque(maxlen=max(1, round(packets_per_s * window_s))),
+            "video": deque(maxlen=max(1, round(fps * window_s))),
+        }
 
     def released(self, kind: str, media_time: float, now: float | None = None) -> None:
         self._phase[kind].append((time.monotonic() if now is None else now) - media_time)

@@ -91,7 +91,7 @@ class AvatarSession:
         )
         self.tracker = PlaybackTracker(sr, self.fps)
         self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
-        self.sync = SyncProbe()
+        self.sync = SyncProbe(self.fps, 1000 // self.playout.config.audio_packet_ms)
         self.recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
 
         self.pc: RTCPeerConnection | None = None
@@ -306,11 +306,12 @@ class AvatarSession:
     # ---- playout callbacks (event loop, from the outgoing tracks) -------------------------
 
     def _on_audio_played(self, out: AudioOut) -> None:
-        if out.media_sample is not None:
+        if not out.inserted:
             self.sync.released("audio", out.media_sample / self.sample_rate)
 
     def _on_video_played(self, out: VideoOut) -> None:
-        self.sync.released("video", float(out.pts))
+        if not out.inserted:
+            self.sync.released("video", float(out.pts))
         self.metrics.frames_played.inc()
         if not out.repeated:
             self.frames_shown += 1
