@@ -33,10 +33,10 @@ ESPEAK_TEXT = "Hello there. I am a talking avatar, and this is what my voice sou
 
 
 @functools.cache
-def tiny_pipeline() -> Pipeline:
-    """The real default engine. Tests that run it use conftest's ``one_thread``: the engine gets
-    one core, the encoders and the event loop the other, and the thread count is restored."""
-    return Pipeline.from_config("tiny", device="cpu")
+def engine_pipeline(config: str = "tiny") -> Pipeline:
+    """The real engine (default config ``tiny``). Tests that run it use conftest's ``one_thread``: the
+    engine gets one core, the encoders and the event loop the other, and the thread count is restored."""
+    return Pipeline.from_config(config, device="cpu")
 
 
 @functools.cache
@@ -78,9 +78,9 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: Settings | None = None) -> AsyncIterator[Running]:
+async def running_server(settings: Settings | None = None, config: str = "tiny") -> AsyncIterator[Running]:
     settings = settings or make_settings()
-    app = create_app(settings, tiny_pipeline())
+    app = create_app(settings, engine_pipeline(config))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             ws_max_size=settings.max_control_bytes + 4096)
     server = uvicorn.Server(config)

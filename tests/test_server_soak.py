@@ -1,4 +1,6 @@
-"""Long-session measurement over WebRTC (``make soak``; ``AVATAR_SOAK_S`` sets the length, default 120 s).
+"""Long-session measurement over WebRTC (``make soak``). ``AVATAR_SOAK_S`` sets the length (default
+120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
+from engine speed).
 
 Reports and checks the serving targets: A/V offset within one frame over the whole session,
 deadline misses at steady state, engine state memory flat, time to first frame.
@@ -33,7 +35,8 @@ WARMUP_S = 15.0
 async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     duration = float(os.environ.get("AVATAR_SOAK_S", "120"))
     loopback_only(monkeypatch)
-    async with running_server(make_settings(max_sessions=1)) as srv:
+    config = os.environ.get("AVATAR_SOAK_CONFIG", "tiny")
+    async with running_server(make_settings(max_sessions=1), config=config) as srv:
         session = (await srv.http.post("/v1/sessions", json={"mode": "mirror"})).json()
         ws = await websockets.connect(
             f"{srv.ws_url}/v1/sessions/{session['session_id']}/control?token={session['token']}"
@@ -70,7 +73,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
         miss_ratio = misses / max(1, slots)
         server_av = max(abs(m["av_offset_ms"]) for t, m in metrics if t - t0 > WARMUP_S)
         growth = (nbytes_end - nbytes_warm) / nbytes_warm
-        print(f"\nsoak {duration:.0f} s: first frame {first_frame * 1000:.0f} ms after offer; "
+        print(f"\nsoak {duration:.0f} s, {config}: first frame {first_frame * 1000:.0f} ms after offer; "
               f"steady-state deadline misses {misses}/{slots} = {100 * miss_ratio:.2f}% "
               f"(drops {stats_end.drops - stats_warm.drops}, repeats {stats_end.repeats - stats_warm.repeats}); "
               f"playout delay {stats_end.delay * 1000:.0f} ms; client A/V offset per 30 s window (ms) "
@@ -85,5 +88,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
 
         assert max(abs(o) for o in offsets) <= 1 / 25
         assert server_av <= 40
-        assert abs(growth) <= 0.02
+        # Flat within 2%, give or take the audio the engine holds between chunks (which varies with the
+        # chunk phase: up to ~2 s of float32 samples).
+        assert nbytes_end - nbytes_warm <= max(0.02 * nbytes_warm, 2 * 16_000 * 4)
         assert miss_ratio <= 0.005
