@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.avatars import avatar_names
 from engine.pipeline import Pipeline
 from server.config import Settings
 from server.control import serve_control
@@ -44,7 +45,7 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
 
 def _bearer(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
+    return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def create_app(settings: Settings | None = None, pipeline: Pipeline | None = None) -> FastAPI:
@@ -53,8 +54,6 @@ def create_app(settings: Settings | None = None, pipeline: Pipeline | None = Non
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from engine.avatars import avatar_names
-
         base = pipeline or await asyncio.to_thread(load_pipeline, settings)
         manager = SessionManager(settings, preset_pipelines(base), avatar_names(), metrics, DEFAULT_PRESET)
         app.state.manager = manager
@@ -106,8 +105,8 @@ def create_app(settings: Settings | None = None, pipeline: Pipeline | None = Non
             "status": "ok",
             "sessions": len(m.sessions),
             "max_sessions": settings.max_sessions,
-            "config": settings.config,
-            "device": settings.device,
+            "config": m.pipelines[m.default_preset].config.name,
+            "device": m.pipelines[m.default_preset].device,
         }
 
     @app.get("/metrics", tags=["ops"])
