@@ -19,14 +19,19 @@ from engine.config import EngineConfig
 from engine.modules.base import Module
 
 
+def norm(ch: int) -> nn.GroupNorm:
+    """Per-frame group norm: keeps activations well scaled so small models train fast."""
+    return nn.GroupNorm(min(8, ch // 4) or 1, ch)
+
+
 class ResBlock(nn.Module):
     def __init__(self, ch: int) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
-        self.conv2 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.norm1, self.conv1 = norm(ch), nn.Conv2d(ch, ch, 3, padding=1)
+        self.norm2, self.conv2 = norm(ch), nn.Conv2d(ch, ch, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(F.silu(self.conv1(F.silu(x))))
+        return x + self.conv2(F.silu(self.norm2(self.conv1(F.silu(self.norm1(x))))))
 
 
 class CausalTimeMix(nn.Module):
@@ -89,8 +94,8 @@ class VAEEncoder(Module):
         layers: list[nn.Module] = []
         ch = 3
         for out in v.enc_channels:
-            layers += [nn.Conv2d(ch, out, 3, stride=2, padding=1), nn.SiLU(),
-                       nn.Conv2d(out, out, 3, padding=1), nn.SiLU()]
+            layers += [nn.Conv2d(ch, out, 3, stride=2, padding=1), norm(out), nn.SiLU(),
+                       nn.Conv2d(out, out, 3, padding=1), norm(out), nn.SiLU()]
             ch = out
         self.frames = nn.Sequential(*layers)
         self.to_latent = nn.Conv2d(ch * v.temporal_down, 2 * v.latent_channels, 1)
@@ -137,6 +142,7 @@ class VAEDecoder(Module):
         self.time2 = CausalTimeMix(ch[0])
         self.to_time = nn.Conv2d(ch[0], v.temporal_down * ch[0], 1)
         self.ups = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(ch[:-1], ch[1:], strict=True))
+        self.up_norms = nn.ModuleList(norm(b) for b in ch[1:])
         self.out = nn.Conv2d(ch[-1], 3 * self.ps * self.ps, 3, padding=1)
         add_latent_stats(self, v.latent_channels)
 
@@ -160,7 +166,8 @@ class VAEDecoder(Module):
             x = x[:, td - 1:]
         n = x.shape[1]
         y = x.reshape(b * n, -1, h, w)
-        for conv in self.ups:
-            y = F.silu(conv(F.interpolate(F.silu(y), scale_factor=2, mode="nearest")))
+        y = F.silu(y)
+        for conv, gn in zip(self.ups, self.up_norms, strict=True):
+            y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
         y = F.pixel_shuffle(self.out(y), self.ps).clamp(-1, 1)
         return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True)

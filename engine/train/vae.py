@@ -32,7 +32,7 @@ def random_crop(video: torch.Tensor, crop: int, multiple: int, rng: np.random.Ge
 
 
 def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps: int, seed: int,
-              batch: int = 4, latents: int = 3, lr: float = 2e-3, latent_noise: float = 0.05,
+              batch: int = 4, latents: int = 3, lr: float = 5e-3, latent_noise: float = 0.05,
               latent_penalty: float = 1e-4, crop: int = 128) -> list[float]:
     """Trains on grid-aligned crops to spend the CPU on more steps rather than more pixels."""
     v = encoder.config.vae
