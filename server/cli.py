@@ -21,7 +21,7 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--port", "port", {"type": int, "help": "default 8080"}),
     ("--config", "config", {"help": "engine config name (default tiny)"}),
     ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
-    ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 1)"}),
+    ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 2)"}),
     ("--max-sessions", "max_sessions", {"type": int, "help": "concurrent avatar sessions (default 2)"}),
     (
         "--ice-server",

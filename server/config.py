@@ -47,7 +47,7 @@ class Settings(BaseModel):
     port: int = Field(8080, ge=0, le=65535)
     config: str = "tiny"
     device: str = "cpu"
-    engine_threads: int = Field(1, ge=1, description="torch intra-op threads for the engine; encoders need the rest")
+    engine_threads: int = Field(2, ge=1, description="torch threads for the engine; encoders need ~2 ms a frame")
     max_sessions: int = Field(2, ge=1)
     ice_servers: list[IceServer] = Field(default_factory=list)
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
