@@ -4,7 +4,9 @@ Lip sync is scored on pixels, not on the model's internals, so any engine (the p
 the trained model, a future one) is measured the same way. The probe is trained on
 puppet frames whose openness is known exactly, across many sampled identities, head
 poses, blinks and mouth shapes, with blur/noise/colour augmentation so it also reads
-the softer frames a generative model produces. Identities come from seeds below
+the softer frames a generative model produces. It also sees the avatar's reference
+(neutral, mouth closed): how wide this identity's mouth is at rest separates a wide
+"ee" from an open "aa" that is equally tall, which no single frame can. Identities come from seeds below
 ``HELD_OUT_SEED``; evaluation uses seeds at or above it, so the probe is always scored
 on faces it never saw.
 
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.puppet import FaceState, Identity, render
+from engine.puppet import FaceState, Identity, reference_image, render
 
 PROBE_PATH = Path(__file__).with_name("openness.safetensors")
 HELD_OUT_SEED = 10_000  # identity seeds >= this are never used for training anything in eval
@@ -58,13 +60,14 @@ def mouth_crops(frames: np.ndarray) -> torch.Tensor:
 class OpennessNet(nn.Module):
     """Three strided convs and a small head (~25k weights), cheap enough to train in seconds.
 
-    Each crop is standardised first, so skin and lip colour matter less than shape.
+    Input: the frame's mouth crop and the reference's, stacked (6 channels). Each crop is
+    standardised on its own first, so skin and lip colour matter less than shape.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(6, 16, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ReLU(),
         )
@@ -72,9 +75,10 @@ class OpennessNet(nn.Module):
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * side * side, 32), nn.ReLU(), nn.Linear(32, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = x.mean(dim=(1, 2, 3), keepdim=True)
-        std = x.std(dim=(1, 2, 3), keepdim=True).clamp_min(0.02)
-        return self.head(self.features((x - mean) / std)).squeeze(1)
+        crops = x.unflatten(1, (2, 3))
+        mean = crops.mean(dim=(2, 3, 4), keepdim=True)
+        std = crops.std(dim=(2, 3, 4), keepdim=True).clamp_min(0.02)
+        return self.head(self.features(((crops - mean) / std).flatten(1, 2))).squeeze(1)
 
 
 def sample_state(rng: np.random.Generator) -> FaceState:
@@ -101,38 +105,42 @@ def sample_state(rng: np.random.Generator) -> FaceState:
 
 
 def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mouth crops of 256x256 puppet frames and their true openness, for the given identity seeds."""
+    """(frame crop, reference crop) pairs of 256x256 puppet frames and their true openness."""
     rng = np.random.default_rng(seed)
-    frames = np.empty((len(identity_seeds) * per_identity, RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
-    target = np.empty(frames.shape[0], dtype=np.float32)
-    i = 0
-    for s in identity_seeds:
+    n = len(identity_seeds) * per_identity
+    frames = np.empty((n, RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
+    refs = np.empty((len(identity_seeds), RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
+    target = np.empty(n, dtype=np.float32)
+    for k, s in enumerate(identity_seeds):
         ident = Identity.sample(np.random.default_rng(s), name=f"probe{s}")
-        for _ in range(per_identity):
+        refs[k] = reference_image(ident, RENDER_SIZE)
+        for j in range(per_identity):
             state = sample_state(rng)
-            frames[i] = render(ident, state, RENDER_SIZE)
-            target[i] = state.openness
-            i += 1
-    return mouth_crops(frames), torch.from_numpy(target)
+            frames[k * per_identity + j] = render(ident, state, RENDER_SIZE)
+            target[k * per_identity + j] = state.openness
+    ref_crops = mouth_crops(refs).repeat_interleave(per_identity, dim=0)
+    return torch.cat([mouth_crops(frames), ref_crops], dim=1), torch.from_numpy(target)
 
 
 def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Blur (down-up resampling), colour gain and noise: what a generator's frames look like."""
+    """Blur (down-up resampling), colour gain and noise on the frame crop only: what a
+    generator's frames look like next to the clean reference it was given."""
     n = x.shape[0]
+    frame, ref = x[:, :3], x[:, 3:]
     blur = torch.rand(n, generator=gen) < 0.5
     if blur.any():
-        k = int(torch.randint(10, 26, (1,), generator=gen))
-        soft = F.interpolate(x[blur], size=(k, k), mode="bilinear", antialias=True, align_corners=False)
-        x = x.clone()
-        x[blur] = F.interpolate(soft, size=(INPUT, INPUT), mode="bilinear", align_corners=False)
+        k = int(torch.randint(INPUT // 3, INPUT, (1,), generator=gen))
+        soft = F.interpolate(frame[blur], size=(k, k), mode="bilinear", antialias=True, align_corners=False)
+        frame = frame.clone()
+        frame[blur] = F.interpolate(soft, size=(INPUT, INPUT), mode="bilinear", align_corners=False)
     gain = 1.0 + 0.08 * torch.randn(n, 3, 1, 1, generator=gen)
-    noise = 0.03 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(x.shape, generator=gen)
-    return (x * gain + noise).clamp(0.0, 1.0)
+    noise = 0.03 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(frame.shape, generator=gen)
+    return torch.cat([(frame * gain + noise).clamp(0.0, 1.0), ref], dim=1)
 
 
 def train_openness_probe(
-    seed: int = 0, out: Path | None = PROBE_PATH, identities: int = 320, per_identity: int = 8,
-    steps: int = 1000, log: bool = True,
+    seed: int = 0, out: Path | None = PROBE_PATH, identities: int = 400, per_identity: int = 6,
+    steps: int = 1000, heldout_identities: int = 40, log: bool = True,
 ) -> dict[str, float | int]:
     """Train the probe from scratch (deterministic for a seed) and save it; returns held-out errors.
 
@@ -142,16 +150,18 @@ def train_openness_probe(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(seed, out, identities, per_identity, steps, log)
+        return _train(seed, out, identities, per_identity, steps, heldout_identities, log)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(seed: int, out: Path | None, identities: int, per_identity: int, steps: int, log: bool) -> dict[str, float | int]:
+def _train(
+    seed: int, out: Path | None, identities: int, per_identity: int, steps: int, heldout: int, log: bool
+) -> dict[str, float | int]:
     t0 = time.process_time()
     torch.manual_seed(seed)
     x, y = probe_dataset(range(identities), per_identity, seed)
-    xv, yv = probe_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + 40), 8, seed + 1)
+    xv, yv = probe_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
     t_data = time.process_time() - t0
     net = OpennessNet()
     gen = torch.Generator().manual_seed(seed)
@@ -183,7 +193,7 @@ def _train(seed: int, out: Path | None, identities: int, per_identity: int, step
     }
     if out is not None:
         meta = {"seed": str(seed), "identities": str(identities), "per_identity": str(per_identity),
-                "steps": str(steps), "crop": json.dumps(CROP), "input": str(INPUT),
+                "steps": str(steps), "heldout_identities": str(heldout), "crop": json.dumps(CROP), "input": str(INPUT),
                 "heldout_mae": f"{report['heldout_mae']:.4f}", "heldout_r": f"{report['heldout_r']:.4f}"}
         save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(out), metadata=meta)
         load_probe.cache_clear()
@@ -201,13 +211,21 @@ def load_probe(path: Path = PROBE_PATH) -> OpennessNet:
     return net
 
 
-def measure_openness(frames: np.ndarray, probe: OpennessNet | None = None, batch: int = 256) -> np.ndarray:
-    """Mouth openness read from each frame of a (T, H, W, 3) uint8 video, (T,) float32 in [0, 1]."""
+def measure_openness(
+    frames: np.ndarray, reference: np.ndarray, probe: OpennessNet | None = None, batch: int = 256
+) -> np.ndarray:
+    """Mouth openness read from each frame of a (T, H, W, 3) uint8 video, (T,) float32 in [0, 1].
+
+    ``reference`` is the avatar's neutral image (H', W', 3), the one the video was made from.
+    """
     net = probe or load_probe()
+    ref = mouth_crops(np.asarray(reference)[None])
     out = np.empty(len(frames), dtype=np.float32)
     with torch.inference_mode():
         for i in range(0, len(frames), batch):
-            out[i : i + batch] = net(mouth_crops(frames[i : i + batch])).clamp(0.0, 1.0).numpy()
+            crops = mouth_crops(frames[i : i + batch])
+            x = torch.cat([crops, ref.expand(crops.shape[0], -1, -1, -1)], dim=1)
+            out[i : i + batch] = net(x).clamp(0.0, 1.0).numpy()
     return out
 
 

@@ -1,0 +1,322 @@
+"""``avatar eval``: score a pipeline against the puppet renderer on held-out material.
+
+For each clip (held-out identity + held-out speech) the renderer draws the ground truth
+from the same audio (``face_track_from_audio``) and the pipeline generates from the
+identity's neutral reference image; both videos are then scored with ``metrics``. The
+same clips run again with I chunks off. A long run (``long_minutes`` of held-out speech,
+streamed through one session) measures identity drift between its first and last window.
+The command-line front end is ``engine.eval.cli``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.eval import metrics
+from engine.eval.material import Clip, make_clip, silence, utterance
+from engine.eval.probe import measure_openness
+from engine.frames import PublishedFrame
+from engine.pipeline import Pipeline
+from engine.puppet import face_track_from_audio, openness_series, reference_image, render_video
+
+THRESHOLDS = {  # issue 4, "Evaluation"
+    "lip_sync_r_min": 0.8,
+    "lip_sync_max_abs_lag": 1,
+    "identity_stability_min": 0.95,
+    # A ratio near 1 means nothing if the video never looked like the reference: the
+    # renderer scores ~0.98 and other identities below ~0.5.
+    "appearance_first_min": 0.5,
+    "seam_ratio_max": 1.2,
+}
+
+
+@dataclass
+class Rendered:
+    frames: np.ndarray
+    chunks: list[str]
+    seconds: float
+
+
+def square_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Centre-crop square renderer frames to the pipeline's aspect, as its reference encoder does."""
+    s = frames.shape[1]
+    y, x = (s - height) // 2, (s - width) // 2
+    return frames[:, y : y + height, x : x + width]
+
+
+def generate(pipeline: Pipeline, clip: Clip, reference: np.ndarray, seed: int) -> Rendered:
+    t0 = time.perf_counter()
+    out = list(pipeline.render(clip.pcm, image=reference, seed=seed))
+    return Rendered(np.stack([f.rgb for f in out]), [f.chunk for f in out], time.perf_counter() - t0)
+
+
+def score_clip(frames: np.ndarray, chunks: list[str], truth: np.ndarray, gt_open: np.ndarray,
+               reference: np.ndarray) -> dict[str, Any]:
+    """Every per-clip metric of one generated video against its ground truth."""
+    n = min(len(frames), len(truth))
+    frames, chunks, truth, gt_open = frames[:n], chunks[:n], truth[:n], gt_open[:n]
+    measured = measure_openness(frames, reference)
+    return {
+        "measured_openness": measured,
+        "lip_sync": metrics.lip_sync_series(measured, gt_open),
+        "seam_ratio": metrics.seam_ratio(frames, chunks) if len(set(chunks)) > 1 else None,
+        "psnr": metrics.psnr(frames, truth),
+        "ssim": metrics.ssim(frames, truth),
+        "appearance": metrics.appearance_similarity(frames, reference),
+    }
+
+
+def pooled_lip_sync(pairs: list[tuple[np.ndarray, np.ndarray]], max_lag: int = metrics.MAX_LAG) -> dict[str, float]:
+    """Mean r over clips at each lag; the best lag is the one with the highest mean."""
+    lags = range(-max_lag, max_lag + 1)
+    mean_r = {lag: float(np.mean([metrics.lagged_pearson(m, t, lag) for m, t in pairs])) for lag in lags}
+    best = max(mean_r, key=lambda k: (mean_r[k], -abs(k)))
+    return {"pearson_r": mean_r[0], "best_lag": best, "r_at_best_lag": mean_r[best]}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def evaluate_clips(pipelines: dict[str, Pipeline], clips: list[Clip], seed: int = 0,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Score each pipeline (by label, e.g. interp / no_interp) on every clip against the renderer."""
+    first = next(iter(pipelines.values()))
+    h, w = first.frame_size
+    size = max(h, w)
+    results: dict[str, Any] = {label: {"clips": []} for label in pipelines}
+    pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {label: [] for label in pipelines}
+    probe_pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, clip in enumerate(clips):
+        states = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed)
+        truth = square_crop(render_video(clip.identity, states, size), h, w)
+        gt_open = np.array([s.openness for s in states], dtype=np.float32)
+        reference = reference_image(clip.identity, size)
+        probe_pairs.append((measure_openness(truth, reference), gt_open))
+        for label, pipe in pipelines.items():
+            gen = generate(pipe, clip, reference, seed + k)
+            scores = score_clip(gen.frames, gen.chunks, truth, gt_open, reference)
+            measured = scores.pop("measured_openness")
+            pairs[label].append((measured, gt_open[: len(measured)]))
+            scores.update(name=clip.name, identity_seed=clip.identity_seed, seconds=round(clip.seconds, 2),
+                          speech=clip.description, real_time_factor=clip.seconds / gen.seconds)
+            results[label]["clips"].append(scores)
+            ls = scores["lip_sync"]
+            log(f"  {label:<9} {clip.name}: r={ls['pearson_r']:.3f} lag={ls['best_lag']:+d} "
+                f"seam={_fmt(scores['seam_ratio'])} psnr={scores['psnr']:.2f} ssim={scores['ssim']:.3f}")
+    for label, res in results.items():
+        clips_out = res["clips"]
+        res["lip_sync"] = pooled_lip_sync(pairs[label])
+        for key in ("seam_ratio", "psnr", "ssim", "appearance", "real_time_factor"):
+            res[key] = _mean([c[key] for c in clips_out])
+    results["probe_on_ground_truth"] = pooled_lip_sync(probe_pairs)
+    return results
+
+
+def long_audio(minutes: float, sample_rate: int, fps: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Held-out speech with pauses, piece by piece, each with its ground-truth openness.
+
+    Pieces are whole video frames long and end in silence, so per-piece openness equals
+    that of the whole stream and nothing of the hour is ever held at once. A pool of
+    eight utterances is synthesised as needed and then cycled.
+    """
+    spf = sample_rate // fps
+    pool: list[tuple[np.ndarray, np.ndarray]] = []
+    total = round(minutes * 60 * fps) * spf
+    done, k = 0, 0
+    while done < total:
+        if k < 8:
+            pcm, _ = utterance(100 + k + 7 * seed, sample_rate)
+            piece = np.concatenate([pcm, silence(0.5 + 0.25 * (k % 3), sample_rate)])
+            piece = np.concatenate([piece, np.zeros(-len(piece) % spf, dtype=np.float32)])
+            pool.append((piece, openness_series(piece, sample_rate, fps)))
+        piece, gt = pool[k % len(pool)]
+        take = min(len(piece), total - done)
+        yield piece[:take], gt[: take // spf]
+        done += take
+        k += 1
+
+
+class _WindowScorer:
+    """Scores frames of a long run as they are published, keeping only per-frame numbers."""
+
+    def __init__(self, reference: np.ndarray, window: int, last_start: int) -> None:
+        self.reference, self.window, self.last_start = reference, window, last_start
+        self.first: list[np.ndarray] = []
+        self.last: list[np.ndarray] = []
+        self.openness: list[np.ndarray] = []
+        self.frames = 0
+
+    def __call__(self, frames: list[PublishedFrame]) -> int:
+        if not frames:
+            return 0
+        video = np.stack([f.rgb for f in frames])
+        idx = np.array([f.index for f in frames])
+        first, last = idx < self.window, idx >= self.last_start
+        if first.any():
+            self.first.append(metrics.appearance_scores(video[first], self.reference))
+        if last.any():
+            self.last.append(metrics.appearance_scores(video[last], self.reference))
+            self.openness.append(measure_openness(video[last], self.reference))
+        self.frames += len(frames)
+        return len(frames)
+
+
+def evaluate_long(pipeline: Pipeline, clip: Clip, minutes: float, seed: int = 0,
+                  progress: bool = True) -> dict[str, Any]:
+    """Stream ``minutes`` of speech through one session; score the first and last windows
+    (one minute each, or a quarter of the run if it is shorter than four minutes)."""
+    from tqdm import tqdm
+
+    fps, spf = pipeline.fps, pipeline.config.samples_per_frame
+    h, w = pipeline.frame_size
+    reference = reference_image(clip.identity, max(h, w))
+    total_frames = round(minutes * 60 * fps)
+    window = max(min(60 * fps, total_frames // 4), 1)
+    scorer = _WindowScorer(reference, window, total_frames - window)
+    truth: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    session = pipeline.open_session(image=reference, seed=seed)
+    fed = 0
+    with tqdm(total=total_frames, unit="frame", desc="long run", disable=not progress) as bar:
+        for pcm, gt in long_audio(minutes, pipeline.sample_rate, fps, seed):
+            frame0 = fed // spf
+            truth.append(gt[np.arange(frame0, frame0 + len(gt)) >= scorer.last_start])
+            session.feed(pcm)
+            fed += len(pcm)
+            while session.ready():
+                bar.update(scorer(session.step()))
+        session.close_input()
+        while not session.finished:
+            bar.update(scorer(session.step()))
+    wall = time.perf_counter() - t0
+    first, last = np.concatenate(scorer.first), np.concatenate(scorer.last)
+    measured, gt_last = np.concatenate(scorer.openness), np.concatenate(truth)
+    n = min(len(measured), len(gt_last))
+    sync = metrics.lip_sync_series(measured[:n], gt_last[:n]) if n >= metrics.min_lip_sync_frames() else None
+    return {
+        "minutes": minutes,
+        "frames": scorer.frames,
+        "window_frames": window,
+        "identity_seed": clip.identity_seed,
+        "appearance_first": float(first.mean()),
+        "appearance_last": float(last.mean()),
+        "identity_stability": metrics.stability_ratio(first, last),
+        "lip_sync_last_window": sync,
+        "real_time_factor": scorer.frames / fps / wall,
+        "held_bytes_end": int(session.nbytes()),
+    }
+
+
+def evaluate(pipeline: Pipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
+             no_interp: Pipeline | None = None, progress: bool = True) -> dict[str, Any]:
+    """All of issue 4's evaluation for one pipeline, as a JSON-able dict (see ``format_table``).
+
+    ``no_interp`` defaults to the same models with I chunks switched off; ``long_minutes=0``
+    skips the long run.
+    """
+    log = print if progress else (lambda _: None)
+    if no_interp is None:
+        config = pipeline.config.with_schedule(interp=False)
+        no_interp = Pipeline(config, pipeline.models, pipeline.device, pipeline.steps)
+    if pipeline.config.schedule.interp:
+        pipes = {"interp": pipeline, "no_interp": no_interp}
+    else:
+        pipes = {"no_interp": pipeline}
+    test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
+    log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")
+    result: dict[str, Any] = {
+        "config": pipeline.config.name,
+        "device": pipeline.device,
+        "steps": pipeline.steps,
+        "frame_size": list(pipeline.frame_size),
+        "weights": list(pipeline.weights_loaded),
+        "seed": seed,
+        "thresholds": THRESHOLDS,
+    }
+    result.update(evaluate_clips(pipes, test_clips, seed, log))
+    if long_minutes > 0:
+        long_clip = make_clip(clips, pipeline.sample_rate, seed)
+        log(f"eval: long run, {long_minutes:g} min through one session")
+        result["long"] = evaluate_long(pipeline, long_clip, long_minutes, seed, progress)
+    result["passes"] = verdicts(result)
+    return jsonable(result)
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
+    """Each threshold of the issue, checked on the main (I chunks on) pipeline."""
+    main = result.get("interp") or result["no_interp"]
+    ls = main["lip_sync"]
+    out: dict[str, bool | None] = {
+        "lip_sync_r": ls["pearson_r"] >= THRESHOLDS["lip_sync_r_min"],
+        "lip_sync_lag": abs(ls["best_lag"]) <= THRESHOLDS["lip_sync_max_abs_lag"],
+        "seam_ratio": None if main["seam_ratio"] is None else main["seam_ratio"] <= THRESHOLDS["seam_ratio_max"],
+        "identity_stability": None,
+    }
+    if "long" in result:
+        long = result["long"]
+        out["identity_stability"] = (long["identity_stability"] >= THRESHOLDS["identity_stability_min"]
+                                     and long["appearance_first"] >= THRESHOLDS["appearance_first_min"])
+    return out
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON types; non-finite floats become None (strict JSON has no inf/nan)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return jsonable(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A fixed-width summary of ``evaluate``'s result."""
+    labels = [k for k in ("interp", "no_interp") if k in result]
+    rows = [("metric", *labels, "target")]
+    pick: list[tuple[str, Callable[[dict[str, Any]], str], str]] = [
+        ("lip sync r (lag 0)", lambda r: _fmt(r["lip_sync"]["pearson_r"]), ">= 0.80"),
+        ("best lag (frames)", lambda r: f"{r['lip_sync']['best_lag']:+d}", "|lag| <= 1"),
+        ("r at best lag", lambda r: _fmt(r["lip_sync"]["r_at_best_lag"]), ""),
+        ("seam ratio", lambda r: _fmt(r["seam_ratio"]), "<= 1.20"),
+        ("PSNR vs renderer (dB)", lambda r: _fmt(r["psnr"], ".2f"), "report"),
+        ("SSIM vs renderer", lambda r: _fmt(r["ssim"]), "report"),
+        ("similarity to reference", lambda r: _fmt(r["appearance"]), "report"),
+        ("real-time factor", lambda r: _fmt(r["real_time_factor"], ".2f"), "report"),
+    ]
+    for name, get, target in pick:
+        rows.append((name, *(get(result[k]) for k in labels), target))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(wd) for c, wd in zip(row, widths, strict=True)) for row in rows]
+    probe = result.get("probe_on_ground_truth")
+    if probe:
+        lines.append(f"probe on the renderer's own frames: r={probe['pearson_r']:.3f} lag={probe['best_lag']:+d}")
+    long = result.get("long")
+    if long:
+        lines.append(
+            f"long run {long['minutes']:g} min: similarity first {long['appearance_first']:.3f}, "
+            f"last {long['appearance_last']:.3f}, stability {long['identity_stability']:.3f} (>= 0.95); "
+            f"lip sync r in last window {_fmt((long['lip_sync_last_window'] or {}).get('pearson_r'))}; "
+            f"real-time factor {long['real_time_factor']:.2f}"
+        )
+    passes = result.get("passes", {})
+    if passes:
+        lines.append("passes: " + ", ".join(f"{k}={'-' if v is None else ('yes' if v else 'NO')}"
+                                            for k, v in passes.items()))
+    return "\n".join(lines)
