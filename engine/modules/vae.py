@@ -165,9 +165,9 @@ class VAEDecoder(Module):
         if not cache.started:
             x = x[:, td - 1:]
         n = x.shape[1]
-        y = x.reshape(b * n, -1, h, w)
+        y = x.reshape(b * n, -1, h, w).contiguous(memory_format=torch.channels_last)  # faster CPU up-sampling
         y = F.silu(y)
         for conv, gn in zip(self.ups, self.up_norms, strict=True):
             y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
-        y = F.pixel_shuffle(self.out(y), self.ps).clamp(-1, 1)
+        y = F.pixel_shuffle(self.out(y).contiguous(), self.ps).clamp(-1, 1)
         return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True)
