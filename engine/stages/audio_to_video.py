@@ -34,6 +34,18 @@ class AudioToVideo:
         self.dit = dit
         self.steps = steps or config.steps
 
+    def _history_pass(self, x0: torch.Tensor, noise: torch.Tensor, audio: torch.Tensor, s0: int,
+                      reference: KVBlock, history: KVBlock | None) -> KVBlock:
+        """K/V of the chunk's last ``window`` clean frames (at the context noise level), seen
+        with the reference only: exactly how the history is built in training."""
+        window, f = self.config.dit.window, x0.shape[1]
+        first = max(0, f - window)
+        start = s0 + first
+        t_ctx = torch.full((1, f - first), self.config.context_sigma, device=x0.device)
+        x = noised(x0[:, first:], noise[:, first:], self.config.context_sigma)
+        _, kv = self.dit(x, t_ctx, audio[:, first:], start, self.dit.context(start, reference, None))
+        return KVBlock.concat(history, kv).keep_last_frames(window)
+
     def __call__(self, inp: A2VInput) -> A2VOutput:
         plan, dev = inp.plan, self.dit.device
         s0, s1 = plan.span
@@ -64,8 +76,5 @@ class AudioToVideo:
             out = x0[0, g0 - s0:g1 - s0].float()
             new_history = None
             if plan.kind == "N":
-                t_ctx = torch.full((1, f), sigma, device=dev)
-                _, kv = self.dit(noised(x0, noise, sigma), t_ctx, audio, s0, ctx)
-                window = self.config.dit.window
-                new_history = KVBlock.concat(history, kv).keep_last_frames(window)
+                new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history)
         return A2VOutput(out.cpu() if out.device.type != "cpu" else out, new_history)
