@@ -29,6 +29,7 @@ from server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.presets import DEFAULT_PRESET, preset_pipelines
 from server.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.rtc import BadOffer
+from server.tts import TTSBackend, create_backend
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 API = "/v1"
@@ -48,14 +49,19 @@ def _bearer(request: Request) -> str | None:
     return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
-def create_app(settings: Settings | None = None, pipeline: Pipeline | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, pipeline: Pipeline | None = None, speech: TTSBackend | None = None
+) -> FastAPI:
     settings = settings or Settings.from_env()
     metrics = ServerMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         base = pipeline or await asyncio.to_thread(load_pipeline, settings)
-        manager = SessionManager(settings, preset_pipelines(base), avatar_names(), metrics, DEFAULT_PRESET)
+        backend = speech or await asyncio.to_thread(
+            create_backend, settings.tts, base.sample_rate, settings.piper_model
+        )
+        manager = SessionManager(settings, preset_pipelines(base), avatar_names(), metrics, DEFAULT_PRESET, backend)
         app.state.manager = manager
         manager.start()
         try:

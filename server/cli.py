@@ -36,7 +36,9 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--record-dir", "record_dir", {"help": "folder for sessions created with record=true"}),
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
-    ("--voice", "voice", {"help": "espeak-ng voice for speak (default en-us)"}),
+    ("--voice", "voice", {"help": "voice for speak (espeak-ng: en-us; piper: joe)"}),
+    ("--tts", "tts", {"choices": ["espeak", "piper"], "help": "built-in TTS backend for speak (default espeak)"}),
+    ("--piper-model", "piper_model", {"help": "a Piper .onnx voice to use instead of the bundled joe voice"}),
 ]
 
 
@@ -60,6 +62,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from server import tts
     from server.app import create_app, load_pipeline
 
     logging.basicConfig(
@@ -80,7 +83,12 @@ def serve(args: argparse.Namespace) -> int:
     logging.getLogger("server").info(
         "engine %s on %s loaded in %.1f s", settings.config, settings.device, time.perf_counter() - t0
     )
-    app = create_app(settings, pipeline)
+    try:
+        speech = tts.create_backend(settings.tts, pipeline.sample_rate, settings.piper_model)
+    except tts.TTSUnavailable as exc:
+        print(f"avatar serve: TTS backend {settings.tts!r}: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings, pipeline, speech)
     print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
     uvicorn.run(
         app,

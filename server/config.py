@@ -54,7 +54,9 @@ class Settings(BaseModel):
     record_dir: Path = Path("recordings")
     default_mode: Mode = "mirror"
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
-    voice: str = "en-us"
+    voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
+    tts: Literal["espeak", "piper"] = Field("espeak", description="built-in TTS backend for speak")
+    piper_model: Path | None = Field(None, description="a Piper .onnx voice (with its .onnx.json) to use")
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
@@ -62,6 +64,12 @@ class Settings(BaseModel):
     max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
     max_engine_backlog_s: float = Field(
         8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
+    )
+    agent_engine_backlog_s: float = Field(
+        2.0,
+        gt=0,
+        description="agent mode: audio fed to the engine ahead of its frames, at most; when the engine runs "
+        "late, speech waits in the intake (and can still be interrupted) instead of queueing behind silence",
     )
     mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
     feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")

@@ -72,6 +72,7 @@ class ControlConnection:
         self.max_bytes = max_bytes
         self.metrics = metrics
         self._binary_rate: int | None = None  # set by an audio.append that announced a binary message
+        self._binary_utterance: str | None = None
 
     async def run(self) -> None:
         tasks = [
@@ -115,7 +116,7 @@ class ControlConnection:
             raise ControlError("unexpected_binary", "binary audio must follow an audio.append without `audio`")
         if len(data) > self.max_bytes:
             raise ControlError("message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}")
-        self.session.append_audio(data, rate)
+        self.session.append_audio(data, rate, self._binary_utterance)
 
     async def _on_text(self, text: str) -> None:
         if len(text) > self.max_bytes:
@@ -138,8 +139,9 @@ class ControlConnection:
                 s.speak(msg.text, msg.utterance_id, msg.voice)
             case AudioAppend(audio=None):
                 self._binary_rate = msg.sample_rate
+                self._binary_utterance = msg.utterance_id
             case AudioAppend():
-                s.append_audio(msg.pcm() or b"", msg.sample_rate)
+                s.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
             case AudioCommit():
                 s.commit_audio(msg.utterance_id)
             case Interrupt():

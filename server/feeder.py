@@ -4,7 +4,9 @@ The engine's timeline advances only as fast as audio is fed, so feeding in real 
 frames due at a steady rate. Each tick feeds the samples that wall time has made due: the
 microphone in mirror mode, queued speech in agent mode, silence for whatever is missing.
 If the engine falls behind by more than its backlog cap, due audio is skipped (the
-timeline slips, memory stays bounded) rather than queued without limit.
+timeline slips, memory stays bounded) rather than queued without limit. In agent mode the
+cap is tighter: silence fed far ahead of the frames would only delay the next utterance
+behind it, so speech waits in the intake and enters the engine just in time.
 """
 
 from __future__ import annotations
@@ -89,12 +91,14 @@ class Feeder:
         holdback_s: float,
         max_backlog_samples: int,
         mode: Mode,
+        agent_backlog_samples: int | None = None,
     ) -> None:
         self.sample_rate = sample_rate
         self.speech = speech
         self.mic = mic
         self.holdback_s = holdback_s
         self.max_backlog_samples = max_backlog_samples
+        self.agent_backlog_samples = max_backlog_samples if agent_backlog_samples is None else agent_backlog_samples
         self.mode: Mode = mode
         self.fed = 0
         self.skipped = 0
@@ -122,7 +126,8 @@ class Feeder:
         n = self.due(now)
         if n == 0:
             return FeedBlock(self.fed, np.zeros(0, np.float32))
-        if self.fed - generated_samples > self.max_backlog_samples:
+        cap = self.agent_backlog_samples if self.mode == "agent" else self.max_backlog_samples
+        if self.fed - generated_samples > cap:
             if self.mode == "mirror":
                 self.mic.take(n)
             self.skipped += n

@@ -17,6 +17,7 @@ from server.metrics import ServerMetrics
 from server.protocol import SessionCreate
 from server.rtc import last_rtcp_age
 from server.sessions import AvatarSession
+from server.tts import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,10 @@ class SessionManager:
         avatars: list[str],
         metrics: ServerMetrics,
         default_preset: str,
+        tts: TTSBackend | None = None,
     ) -> None:
         self.settings = settings
+        self.tts = tts
         self.pipelines = pipelines
         self.avatars = avatars
         self.metrics = metrics
@@ -72,7 +75,9 @@ class SessionManager:
             )
         sid = "s_" + secrets.token_hex(8)
         record_dir = self.settings.record_dir if options.record else None
-        session = AvatarSession(sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir)
+        session = AvatarSession(
+            sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir, self.tts
+        )
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()

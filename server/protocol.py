@@ -32,7 +32,7 @@ class SessionCreate(_Message):
     mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
     record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
-    voice: Voice | None = Field(None, description="espeak-ng voice for `speak`")
+    voice: Voice | None = Field(None, description="voice for `speak`: an espeak-ng voice, or a Piper voice name")
     seed: int = 0
 
 
@@ -76,6 +76,9 @@ class AudioAppend(_Message):
     type: Literal["audio.append"]
     sample_rate: int = Field(ge=MIN_RATE, le=MAX_RATE)
     audio: str | None = Field(None, description="base64 PCM16 LE mono; omitted: the next binary message carries it")
+    utterance_id: str | None = Field(
+        None, max_length=64, description="names the streamed utterance; a new id commits the previous one"
+    )
 
     @field_validator("audio")
     @classmethod
@@ -171,6 +174,7 @@ class ErrorEvent(BaseModel):
     type: Literal["error"] = "error"
     code: str
     message: str
+    utterance_id: str | None = Field(None, description="the utterance the error is about, if any")
 
 
 ServerEvent = SessionReady | UtteranceQueued | PlaybackStarted | PlaybackFinished | MetricsEvent | Pong | ErrorEvent

@@ -11,6 +11,7 @@ import concurrent.futures
 import logging
 import secrets
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from server.errors import ApiError, ControlError
 from server.feeder import Feeder, SampleFifo
 from server.intake import SpeechIntake
 from server.metrics import ServerMetrics
+from server.mute import MutedAudio, VoiceGate
 from server.playback import PlaybackTracker
 from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
 from server.protocol import (
@@ -43,6 +45,7 @@ from server.rtc import (
     create_peer,
 )
 from server.speech import SpeechQueue
+from server.tts import TTSBackend
 from server.worker import EngineWorker
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class AvatarSession:
         pipeline: Pipeline,
         metrics: ServerMetrics,
         record_dir: Path | None,
+        tts: TTSBackend | None = None,
     ) -> None:
         self.id = session_id
         self.token = secrets.token_urlsafe(24)
@@ -88,8 +92,10 @@ class AvatarSession:
             settings.feed_holdback_s,
             int(settings.max_engine_backlog_s * sr),
             self.mode,
+            int(settings.agent_engine_backlog_s * sr),
         )
         self.tracker = PlaybackTracker(sr, self.fps)
+        self.voice_gate = VoiceGate(sr)
         self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
         self.sync = SyncProbe(self.fps, 1000 // self.playout.config.audio_packet_ms)
         self.recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
@@ -106,12 +112,20 @@ class AvatarSession:
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue(EVENT_QUEUE)
         self._tasks: set[asyncio.Task] = set()
         self.intake = SpeechIntake(
-            self.speech, sr, settings.max_text_chars, options.voice or settings.voice, self.emit, metrics
+            self.speech,
+            sr,
+            settings.max_text_chars,
+            options.voice or settings.voice,
+            self.emit,
+            metrics,
+            tts,
+            self.tracker.rename,
         )
         self._spawn(self.intake.run(), "intake")
         self._closing = False
         self._loop = asyncio.get_running_loop()
         self.frames_generated = 0
+        self.interrupts: deque[tuple[float, int, int]] = deque(maxlen=16)  # (wall time, cut sample, fed)
         self.generated_samples = 0
         self.frames_shown = 0
         self.mic_samples = 0
@@ -148,7 +162,7 @@ class AvatarSession:
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", self._on_connection_state)
         video = PlayoutVideoTrack(self.playout, self.fps, self._on_video_played)
-        audio = PlayoutAudioTrack(self.playout, self.sample_rate, self._on_audio_played)
+        audio = PlayoutAudioTrack(MutedAudio(self.playout, self.voice_gate), self.sample_rate, self._on_audio_played)
         description = await answer(pc, offer, video, audio)
         self._spawn(self._start_media(), "media-start")
         return description
@@ -255,7 +269,7 @@ class AvatarSession:
                 log.warning(
                     "session %s: engine %.1f s behind, skipping input",
                     self.id,
-                    self.settings.max_engine_backlog_s,
+                    (self.feeder.fed - self.generated_samples) / self.sample_rate,
                 )
                 self.emit(
                     ErrorEvent(
@@ -267,8 +281,10 @@ class AvatarSession:
                 for seg in block.segments:
                     if seg.first:
                         self.tracker.begin(seg.utterance_id, block.start + seg.start)
+                    if seg.end > seg.start:
+                        self.tracker.fed(seg.utterance_id, block.start + seg.end)
                     if seg.last:
-                        self.tracker.end(seg.utterance_id, block.start + seg.end)
+                        self.tracker.end(seg.utterance_id)
                 self.engine.feed(block.samples)
                 self.worker.wake()
             if self.worker.error is not None:
@@ -370,19 +386,30 @@ class AvatarSession:
         self._require_agent()
         return self.intake.speak(text, utterance_id, voice)
 
-    def append_audio(self, pcm: bytes, sample_rate: int) -> None:
+    def append_audio(self, pcm: bytes, sample_rate: int, utterance_id: str | None = None) -> str:
         self._require_agent()
-        self.intake.append(pcm, sample_rate)
+        return self.intake.append(pcm, sample_rate, utterance_id)
 
     def commit_audio(self, utterance_id: str | None) -> str:
         self._require_agent()
         return self.intake.commit(utterance_id)
 
-    def interrupt(self) -> None:
-        """Clear queued, pending and not yet synthesized speech; what was already fed still plays out."""
-        cut = self.intake.interrupt()
-        if cut is not None:
-            self.tracker.cut(cut.id, cut.fed)
+    def interrupt(self) -> int:
+        """Stop the avatar's voice now: drop what is queued, silence what was fed but not yet heard.
+
+        The cut is the media sample of the next audio packet to be released, so the voice stops
+        within one packet (20 ms) of media time. Everything fed to the engine up to now (``fed``)
+        belongs to speech being interrupted; the feed clock feeds silence from here on, so the
+        face returns to listening once the frames already generated have played. Returns the cut.
+        """
+        self.intake.interrupt()
+        cut = self.voice_gate.released_until
+        if self.feeder.mode == "agent":  # in mirror mode the voice is the user's own: never muted
+            self.voice_gate.mute(cut, self.feeder.fed)
+        for event in self.tracker.interrupt(cut):
+            self.emit(event)
+        self.interrupts.append((time.monotonic(), cut, self.feeder.fed))
+        return cut
 
     def configure(self, mode: Mode | None, voice: str | None) -> None:
         if voice is not None:

