@@ -58,6 +58,12 @@ class Settings(BaseModel):
     tts: Literal["espeak", "piper"] = Field("espeak", description="built-in TTS backend for speak")
     piper_model: Path | None = Field(None, description="a Piper .onnx voice (with its .onnx.json) to use")
 
+    vad: bool = Field(True, description="agent mode: voice activity detection on the user's microphone")
+    barge_in: bool = Field(True, description="agent mode: user speech interrupts the avatar (sessions may override)")
+    user_audio: bool = Field(False, description="agent mode: user.speech_stopped carries the segment's PCM")
+    vad_threshold: float = Field(0.5, gt=0, lt=1, description="speech probability that starts a segment")
+    vad_min_silence_ms: int = Field(480, ge=32, description="silence that ends a user speech segment")
+
     max_sdp_bytes: int = Field(32_768, ge=1024)
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
     max_text_chars: int = Field(2_000, ge=1)

@@ -147,7 +147,7 @@ class ControlConnection:
             case Interrupt():
                 s.interrupt()
             case Configure():
-                s.configure(msg.mode, msg.voice)
+                s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():
                 s.emit(Pong(id=msg.id, server_time=time.time()))
 

@@ -33,6 +33,8 @@ class SessionCreate(_Message):
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
     record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
     voice: Voice | None = Field(None, description="voice for `speak`: an espeak-ng voice, or a Piper voice name")
+    barge_in: bool | None = Field(None, description="agent mode: user speech interrupts the avatar (server default)")
+    user_audio: bool | None = Field(None, description="agent mode: user.speech_stopped carries the segment's PCM")
     seed: int = 0
 
 
@@ -107,6 +109,8 @@ class Configure(_Message):
     type: Literal["config"]
     mode: Mode | None = None
     voice: Voice | None = None
+    barge_in: bool | None = None
+    user_audio: bool | None = None
 
 
 class Ping(_Message):
@@ -164,6 +168,29 @@ class MetricsEvent(BaseModel):
     mic_seconds: float
 
 
+class UserSpeechStarted(BaseModel):
+    """Voice activity began on the user's microphone (agent mode)."""
+
+    type: Literal["user.speech_started"] = "user.speech_started"
+    mic_time: float = Field(description="media time (s) of the onset on the microphone stream (0 = its first sample)")
+    pts: float = Field(description="avatar media time (s) being heard when it was detected")
+    interrupting: bool = Field(description="barge-in: the avatar was speaking and is being interrupted")
+
+
+class UserSpeechStopped(BaseModel):
+    """Voice activity ended; with ``user_audio`` on, the segment's audio for a speech recogniser."""
+
+    type: Literal["user.speech_stopped"] = "user.speech_stopped"
+    mic_time: float = Field(description="media time (s) on the microphone stream where the speech ended")
+    duration_s: float
+    pts: float = Field(description="avatar media time (s) being heard when it was detected")
+    sample_rate: int
+    audio: str | None = Field(None, description="base64 PCM16 LE mono of the segment (with a short pre-roll)")
+
+    def pcm(self) -> bytes | None:
+        return None if self.audio is None else base64.b64decode(self.audio)
+
+
 class Pong(BaseModel):
     type: Literal["pong"] = "pong"
     id: str | int | None = None
@@ -177,4 +204,17 @@ class ErrorEvent(BaseModel):
     utterance_id: str | None = Field(None, description="the utterance the error is about, if any")
 
 
-ServerEvent = SessionReady | UtteranceQueued | PlaybackStarted | PlaybackFinished | MetricsEvent | Pong | ErrorEvent
+ServerEvent = (
+    SessionReady
+    | UtteranceQueued
+    | PlaybackStarted
+    | PlaybackFinished
+    | UserSpeechStarted
+    | UserSpeechStopped
+    | MetricsEvent
+    | Pong
+    | ErrorEvent
+)
+server_event: TypeAdapter[ServerEvent] = TypeAdapter(
+    Annotated[ServerEvent, Field(discriminator="type")]  # type: ignore[valid-type]
+)

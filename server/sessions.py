@@ -7,6 +7,7 @@ tracks; agent speech intake -> speech queue -> playback events) and owns their t
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import logging
 import secrets
@@ -19,6 +20,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from engine.frames import PublishedFrame
 from engine.pipeline import Pipeline
+from server.audio import float_to_pcm16
 from server.clock import MonotonicClock
 from server.config import Mode, Settings
 from server.errors import ApiError, ControlError
@@ -34,6 +36,8 @@ from server.protocol import (
     ServerEvent,
     SessionCreate,
     SessionReady,
+    UserSpeechStarted,
+    UserSpeechStopped,
 )
 from server.recorder import MP4Recorder
 from server.rtc import (
@@ -46,6 +50,7 @@ from server.rtc import (
 )
 from server.speech import SpeechQueue
 from server.tts import TTSBackend
+from server.vad import SpeechDetector, SpeechStarted, VadConfig, VadUnavailable
 from server.worker import EngineWorker
 
 log = logging.getLogger(__name__)
@@ -71,6 +76,11 @@ class AvatarSession:
         self.metrics = metrics
         self.avatar = options.avatar
         self.seed = options.seed
+        self.barge_in = settings.barge_in if options.barge_in is None else options.barge_in
+        self.user_audio = settings.user_audio if options.user_audio is None else options.user_audio
+        self.vad: SpeechDetector | None = None
+        self._vad_origin = 0  # microphone sample where the detector's stream began
+        self._vad_failed = False
         self.mode: Mode = options.mode or settings.default_mode
         self.fps, self.sample_rate = pipeline.fps, pipeline.sample_rate
         self.height, self.width = pipeline.frame_size
@@ -257,6 +267,51 @@ class AvatarSession:
         self.metrics.mic_seconds.inc(samples.size / self.sample_rate)
         if self.feeder.mode == "mirror":
             self.mic.push(samples)
+        elif samples.size:
+            self._detect_speech(samples)
+
+    def _detect_speech(self, samples: np.ndarray) -> None:
+        """Agent mode: user voice activity becomes events and, with barge-in on, interrupts the avatar."""
+        if self.vad is None:
+            if not self.settings.vad or self._vad_failed:
+                return
+            try:
+                self.vad = SpeechDetector(
+                    self.sample_rate,
+                    VadConfig(
+                        threshold=self.settings.vad_threshold,
+                        neg_threshold=max(0.01, self.settings.vad_threshold - 0.15),
+                        min_silence_ms=self.settings.vad_min_silence_ms,
+                    ),
+                )
+            except VadUnavailable as exc:
+                self._vad_failed = True
+                self.emit(ErrorEvent(code="vad_unavailable", message=str(exc)))
+                return
+            self._vad_origin = self.mic_samples - samples.size
+        sr = self.sample_rate
+        for event in self.vad.push(samples):
+            pts = round(self.voice_gate.released_until / sr, 3)
+            mic_time = round((self._vad_origin + event.start) / sr, 3)
+            if isinstance(event, SpeechStarted):
+                speaking = bool(self.tracker.active or len(self.speech))
+                interrupting = self.barge_in and speaking
+                self.emit(UserSpeechStarted(mic_time=mic_time, pts=pts, interrupting=interrupting))
+                if interrupting:
+                    self.interrupt()
+            else:
+                audio = None
+                if self.user_audio:
+                    audio = base64.b64encode(float_to_pcm16(event.pcm).tobytes()).decode()
+                self.emit(
+                    UserSpeechStopped(
+                        mic_time=round((self._vad_origin + event.end) / sr, 3),
+                        duration_s=round((event.end - event.start) / sr, 3),
+                        pts=pts,
+                        sample_rate=sr,
+                        audio=audio,
+                    )
+                )
 
     # ---- engine side ---------------------------------------------------------------------
 
@@ -411,13 +466,20 @@ class AvatarSession:
         self.interrupts.append((time.monotonic(), cut, self.feeder.fed))
         return cut
 
-    def configure(self, mode: Mode | None, voice: str | None) -> None:
+    def configure(
+        self, mode: Mode | None, voice: str | None, barge_in: bool | None = None, user_audio: bool | None = None
+    ) -> None:
         if voice is not None:
             self.intake.voice = voice
+        if barge_in is not None:
+            self.barge_in = barge_in
+        if user_audio is not None:
+            self.user_audio = user_audio
         if mode is not None and mode != self.feeder.mode:
             if mode == "mirror":
                 self.interrupt()
             self.mic.clear()
+            self.vad = None
             self.feeder.mode = self.mode = mode
 
     # ---- metrics ------------------------------------------------------------------------

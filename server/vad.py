@@ -1,0 +1,190 @@
+"""Voice activity on the user's microphone (agent mode): when the user starts and stops talking.
+
+Silero VAD's ONNX model (shipped inside the ``silero-vad`` package) runs through onnxruntime
+on one thread, 32 ms windows at a time (~0.3 ms each), with its recurrent state passed in
+and out explicitly, so one loaded model serves every session. The package itself is never
+imported: importing it sets torch's global thread count to 1, which would halve the
+engine's speed; only its model file is used.
+
+:class:`SpeechDetector` turns window probabilities into segments with hysteresis (start
+above ``threshold`` for ``min_speech_ms``; stop below ``neg_threshold`` for
+``min_silence_ms``) and keeps the segment's audio (plus a short pre-roll) so it can be
+handed to an external speech recogniser.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from server.audio import Resampler, float_to_pcm16
+
+VAD_RATE = 16_000
+WINDOW = 512  # samples at 16 kHz: the model's only window size
+CONTEXT = 64  # samples of the previous window the model sees in front of each window
+INSTALL = "pip install silero-vad"
+
+
+class VadUnavailable(RuntimeError):
+    """The silero-vad package (which ships the model) is not installed."""
+
+
+def model_path() -> Path:
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        raise VadUnavailable(f"voice activity detection needs the silero-vad package: {INSTALL}")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
+    if not path.is_file():
+        raise VadUnavailable(f"silero-vad is installed but its model {path} is missing")
+    return path
+
+
+@functools.cache
+def _session():
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(str(model_path()), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+class SileroVAD:
+    """Speech probability of consecutive 512-sample windows at 16 kHz; one instance per audio stream."""
+
+    def __init__(self) -> None:
+        self._session = _session()
+        self._sr = np.array(VAD_RATE, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        self._state = np.zeros((2, 1, 128), np.float32)
+        self._context = np.zeros(CONTEXT, np.float32)
+
+    def __call__(self, window: np.ndarray) -> float:
+        x = np.concatenate([self._context, window.astype(np.float32, copy=False)])[None, :]
+        out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+        self._context = x[0, -CONTEXT:]
+        return float(out[0, 0])
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    threshold: float = 0.5
+    neg_threshold: float = 0.35
+    min_speech_ms: int = 96  # this much speech in a row before it counts (a cough or click does not)
+    min_silence_ms: int = 480  # this much silence in a row ends the segment
+    pre_roll_ms: int = 192  # audio kept from before the detected onset, for a recogniser
+    max_segment_s: float = 15.0  # longer speech is delivered in pieces of this length (~640 KB of base64)
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    start: int  # stream sample (at the detector's input rate) where speech began
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    start: int
+    end: int  # stream sample just after the speech
+    pcm: np.ndarray  # float32 mono at the input rate: [start - pre-roll, end)
+
+
+class SpeechDetector:
+    """Streams one microphone's audio (float32 mono at ``sample_rate``) into speech start/stop events."""
+
+    def __init__(self, sample_rate: int, config: VadConfig | None = None) -> None:
+        self.sample_rate = sample_rate
+        self.config = cfg = config or VadConfig()
+        self._vad = SileroVAD()
+        self._resampler = None if sample_rate == VAD_RATE else Resampler(VAD_RATE)
+        self._pending = np.zeros(0, np.float32)  # 16 kHz samples not yet a whole window
+        self._windows = 0  # windows evaluated
+        self._ms = WINDOW * 1000 / VAD_RATE
+        self._need_speech = max(1, round(cfg.min_speech_ms / self._ms))
+        self._need_silence = max(1, round(cfg.min_silence_ms / self._ms))
+        self._run = 0  # windows in a row on the other side of the hysteresis
+        self._onset: int | None = None  # first window of a candidate/confirmed segment
+        self.speaking = False
+        self.received = 0  # input samples pushed so far
+        self._keep = int(cfg.pre_roll_ms * sample_rate / 1000)
+        # While idle, keep the pre-roll plus what detection lags behind the onset (the confirming windows).
+        self._hold = self._keep + self._sample(self._need_speech + 2)
+        self._audio: list[np.ndarray] = []  # input-rate audio: pre-roll, then the segment
+        self._audio_start = 0  # stream sample of _audio[0][0]
+        self.probability = 0.0
+
+    def push(self, samples: np.ndarray) -> list[SpeechStarted | SpeechStopped]:
+        events: list[SpeechStarted | SpeechStopped] = []
+        self._remember(samples)
+        self.received += samples.size
+        if self._resampler is None:
+            audio = samples
+        else:
+            audio = self._resampler.push_pcm16(float_to_pcm16(samples), self.sample_rate)
+        self._pending = np.concatenate([self._pending, audio]) if self._pending.size else audio
+        while self._pending.size >= WINDOW:
+            window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
+            self.probability = p = self._vad(window)
+            index = self._windows
+            self._windows += 1
+            events.extend(self._step(index, p))
+        return events
+
+    def _step(self, index: int, p: float) -> list[SpeechStarted | SpeechStopped]:
+        cfg = self.config
+        if not self.speaking:
+            if p >= cfg.threshold:
+                if self._run == 0:
+                    self._onset = index
+                self._run += 1
+                if self._run >= self._need_speech:
+                    self.speaking, self._run = True, 0
+                    return [SpeechStarted(self._sample(self._onset or index))]
+            else:
+                self._run, self._onset = 0, None
+            return []
+        start = self._sample(self._onset or 0)
+        if self._sample(index + 1) - start >= cfg.max_segment_s * self.sample_rate:
+            stop = self._stop(start, self._sample(index + 1))
+            self.speaking, self._onset = True, index + 1
+            return [stop, SpeechStarted(self._sample(index + 1))]
+        if p < cfg.neg_threshold:
+            self._run += 1
+            if self._run >= self._need_silence:
+                end = self._sample(index + 1 - self._run)
+                self.speaking, self._run, self._onset = False, 0, None
+                return [self._stop(start, end)]
+        else:
+            self._run = 0
+        return []
+
+    def _sample(self, window: int) -> int:
+        """Input-stream sample where window ``window`` begins."""
+        return window * WINDOW * self.sample_rate // VAD_RATE
+
+    def _remember(self, samples: np.ndarray) -> None:
+        """Keep the pre-roll while idle, and everything from it on while in (or entering) speech."""
+        self._audio.append(samples.astype(np.float32, copy=False))
+        if self.speaking or self._onset is not None:
+            return
+        total = sum(a.size for a in self._audio)
+        while self._audio and total - self._audio[0].size >= self._hold:
+            total -= self._audio[0].size
+            self._audio_start += self._audio[0].size
+            self._audio.pop(0)
+
+    def _stop(self, start: int, end: int) -> SpeechStopped:
+        audio = np.concatenate(self._audio) if self._audio else np.zeros(0, np.float32)
+        lo = max(0, start - self._keep - self._audio_start)
+        hi = max(lo, end - self._audio_start)
+        pcm = audio[lo:hi].copy()
+        tail = audio[hi:]
+        self._audio = [tail] if tail.size else []
+        self._audio_start = end
+        return SpeechStopped(start, end, pcm)
+
