@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal
 
 from aiortc import RTCSessionDescription
 from fastapi import FastAPI, Query, Request, Response, WebSocket
@@ -199,8 +200,13 @@ def create_app(
         return Response(status_code=204)
 
     @app.websocket(f"{API}/sessions/{{session_id}}/control")
-    async def control(ws: WebSocket, session_id: str, token: str | None = Query(None)) -> None:
-        await serve_control(ws, ws.app.state.manager, session_id, token, metrics)
+    async def control(
+        ws: WebSocket,
+        session_id: str,
+        token: str | None = Query(None),
+        role: Literal["control", "observer"] = Query("control"),
+    ) -> None:
+        await serve_control(ws, ws.app.state.manager, session_id, token, metrics, role)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

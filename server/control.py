@@ -42,13 +42,28 @@ def close_code(status: int) -> int:
 
 
 async def serve_control(
-    ws: WebSocket, manager: SessionManager, session_id: str, token: str | None, metrics: ServerMetrics
+    ws: WebSocket,
+    manager: SessionManager,
+    session_id: str,
+    token: str | None,
+    metrics: ServerMetrics,
+    role: str = "control",
 ) -> None:
     await ws.accept()
     try:
         session = manager.get(session_id, token)
     except ApiError as exc:
         await _refuse(ws, exc.code, exc.message, close_code(exc.status))
+        return
+    if role == "observer":
+        queue = session.observe()
+        if queue is None:
+            await _refuse(ws, "control_busy", "this session has as many observers as it takes", CLOSE_BUSY)
+            return
+        try:
+            await ObserverConnection(ws, session, queue).run()
+        finally:
+            session.unobserve(queue)
         return
     if session.control_attached:
         await _refuse(ws, "control_busy", "this session already has a control socket", CLOSE_BUSY)
@@ -158,3 +173,50 @@ def _summarize(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "message"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+class ObserverConnection:
+    """A read-only socket: every session event, no commands (a viewer beside an agent that has control)."""
+
+    def __init__(self, ws: WebSocket, session: AvatarSession, queue: asyncio.Queue) -> None:
+        self.ws = ws
+        self.session = session
+        self.queue = queue
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._read(), name="observer-read"),
+            asyncio.create_task(self._write(), name="observer-write"),
+            asyncio.create_task(self.session.closed.wait(), name="observer-session-closed"),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks[2] in done:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await self.ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}")
+
+    async def _write(self) -> None:
+        while True:
+            event = await self.queue.get()
+            await self.ws.send_text(event.model_dump_json())
+
+    async def _read(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text") or ""
+            try:
+                msg = client_message.validate_json(text) if len(text) < 1024 else None
+            except ValidationError:
+                msg = None
+            if self.queue.full():
+                self.queue.get_nowait()
+            if isinstance(msg, Ping):
+                self.queue.put_nowait(Pong(id=msg.id, server_time=time.time()))
+            else:
+                self.queue.put_nowait(ErrorEvent(code="read_only", message="an observer socket takes no commands"))

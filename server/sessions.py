@@ -55,6 +55,7 @@ from server.worker import EngineWorker
 
 log = logging.getLogger(__name__)
 EVENT_QUEUE = 256
+MAX_OBSERVERS = 4
 PREFILL_LIMIT_S = 3.0
 
 
@@ -120,6 +121,7 @@ class AvatarSession:
         self.control_attached = False
         self.ready_pending = False
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue(EVENT_QUEUE)
+        self._observers: set[asyncio.Queue[ServerEvent]] = set()
         self._tasks: set[asyncio.Task] = set()
         self.intake = SpeechIntake(
             self.speech,
@@ -403,29 +405,44 @@ class AvatarSession:
 
     # ---- control API ----------------------------------------------------------------------
 
+    def ready_event(self) -> SessionReady:
+        return SessionReady(
+            session_id=self.id,
+            mode=self.mode,
+            avatar=self.avatar,
+            fps=self.fps,
+            sample_rate=self.sample_rate,
+            width=self.width,
+            height=self.height,
+        )
+
     def announce_ready(self) -> None:
         """Queue ``session.ready`` unless one is already waiting to be sent (reconnects get a fresh one)."""
         if not self.ready_pending:
             self.ready_pending = True
-            self.emit(
-                SessionReady(
-                    session_id=self.id,
-                    mode=self.mode,
-                    avatar=self.avatar,
-                    fps=self.fps,
-                    sample_rate=self.sample_rate,
-                    width=self.width,
-                    height=self.height,
-                )
-            )
+            self.emit(self.ready_event())
 
     def emit(self, event: ServerEvent) -> None:
-        """Queue an event for the control socket; the oldest is dropped when nobody reads."""
+        """Queue an event for the control socket and each observer; the oldest is dropped when nobody reads."""
         if isinstance(event, ErrorEvent):
             self.metrics.errors.labels(event.code).inc()
-        if self._events.full():
-            self._events.get_nowait()
-        self._events.put_nowait(event)
+        for queue in (self._events, *self._observers):
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(event)
+
+    def observe(self) -> asyncio.Queue[ServerEvent] | None:
+        """A read-only event feed (a viewer page next to an agent that holds the control socket); None if full."""
+        if len(self._observers) >= MAX_OBSERVERS:
+            return None
+        queue: asyncio.Queue[ServerEvent] = asyncio.Queue(EVENT_QUEUE)
+        if self.started.is_set():
+            queue.put_nowait(self.ready_event())
+        self._observers.add(queue)
+        return queue
+
+    def unobserve(self, queue: asyncio.Queue[ServerEvent]) -> None:
+        self._observers.discard(queue)
 
     async def next_event(self) -> ServerEvent:
         event = await self._events.get()
