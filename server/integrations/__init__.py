@@ -1,0 +1,1 @@
+"""Adapters from agent frameworks to an avatar session (each needs its framework's optional extra)."""
