@@ -4,9 +4,15 @@
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
+// `?session=ID&token=TOKEN` attaches to a session an agent created (examples/agent_echo.py prints
+// such a link): the page is a viewer with a read-only event socket; the agent keeps control.
+const attached = params.get("session") && params.get("token")
+  ? { session_id: params.get("session"), token: params.get("token"), ice_servers: [] } : null;
+
 const state = {
   info: null, session: null, pc: null, ws: null, mic: null,
   startedAt: 0, stats: {}, events: [], timers: [],
+  speaking: new Set(), userSpeaking: false, activity: "off", attached,
 };
 window.avatarDemo = state;
 
@@ -23,9 +29,10 @@ function showMessage(text, isError = false) {
   el.classList.toggle("error", isError);
 }
 
-function log(text) {
+function log(text, kind = "") {
   const item = document.createElement("li");
   item.textContent = `${(performance.now() / 1000).toFixed(2)}s ${text}`;
+  if (kind) item.className = kind;
   const list = $("log");
   list.prepend(item);
   while (list.children.length > 200) list.lastChild.remove();
@@ -58,8 +65,29 @@ async function loadInfo() {
   fill($("avatar"), state.info.avatars, params.get("avatar") || state.info.avatars[0]);
   fill($("quality"), state.info.presets, params.get("quality") || state.info.default_preset);
   $("mode").value = params.get("mode") || state.info.default_mode;
-  $("token-row").hidden = !state.info.auth_required;
+  $("token-row").hidden = !state.info.auth_required || Boolean(state.attached);
+  $("attached-row").hidden = !state.attached;
+  if (state.attached) $("mode").value = "agent";
   syncVoiceDefault();
+  setRunning(false);
+}
+
+// What the avatar is doing, from the control events: speaking (an utterance is being played out),
+// listening (agent mode, nothing playing), or the user is speaking (voice activity on the mic).
+function setActivity() {
+  let activity = "off";
+  if (state.session && state.pc) {
+    if ($("mode").value !== "agent") activity = "mirror";
+    else if (state.userSpeaking) activity = "user";
+    else if (state.speaking.size) activity = "speaking";
+    else activity = "listening";
+  }
+  state.activity = activity;
+  const labels = { off: "–", mirror: "mirroring you", listening: "listening", speaking: "speaking",
+    user: "you are speaking" };
+  $("activity").dataset.state = activity;
+  $("activity").textContent = labels[activity];
+  $("badge").dataset.state = activity === "mirror" ? "off" : activity;
 }
 
 function syncVoiceDefault() {
@@ -74,8 +102,10 @@ async function openMicrophone(mode) {
   }
   try {
     // Browser audio processing would reshape the signal that drives the avatar.
+    // In agent mode the mic only feeds barge-in detection: cancel the avatar's own voice from it.
+    const agent = mode === "agent";
     return await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
+      audio: { echoCancellation: agent, noiseSuppression: agent, autoGainControl: false, channelCount: 1 },
     });
   } catch (err) {
     const refused = err.name === "NotAllowedError" || err.name === "SecurityError";
@@ -117,7 +147,8 @@ function watchFirstFrame(video) {
 
 function openControl(session) {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${scheme}://${location.host}/v1/sessions/${session.session_id}/control?token=${encodeURIComponent(session.token)}`);
+  const role = state.attached ? "&role=observer" : "";
+  const ws = new WebSocket(`${scheme}://${location.host}/v1/sessions/${session.session_id}/control?token=${encodeURIComponent(session.token)}${role}`);
   ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
   ws.onclose = (ev) => {
     if (state.ws === ws && state.session) log(`control socket closed (${ev.code}${ev.reason ? ` ${ev.reason}` : ""})`);
@@ -142,12 +173,34 @@ function onEvent(ev) {
       state.stats.controlRttMs = Date.now() - Number(ev.id);
       break;
     case "error":
-      log(`error ${ev.code}: ${ev.message}`);
+      log(`error ${ev.code}: ${ev.message}`, "error");
       showMessage(ev.message, true);
       break;
+    case "playback.started":
+      state.speaking.add(ev.utterance_id);
+      log(`avatar speaking ${ev.utterance_id} at ${ev.pts.toFixed(2)} s`, "avatar");
+      break;
+    case "playback.finished":
+      state.speaking.delete(ev.utterance_id);
+      log(`avatar ${ev.interrupted ? "interrupted" : "done"} ${ev.utterance_id}`
+        + `${ev.pts === null ? " (never played)" : ` at ${ev.pts.toFixed(2)} s`}`, "avatar");
+      break;
+    case "user.speech_started":
+      state.userSpeaking = true;
+      log(`you started speaking (mic ${ev.mic_time.toFixed(2)} s)${ev.interrupting ? ": interrupting" : ""}`, "user");
+      break;
+    case "user.speech_stopped":
+      state.userSpeaking = false;
+      log(`you stopped speaking (${ev.duration_s.toFixed(1)} s)`, "user");
+      break;
+    case "session.ready":
+      if (ev.mode !== $("mode").value) { $("mode").value = ev.mode; syncVoiceDefault(); }
+      log(`session ready (${ev.mode} mode, ${ev.width}×${ev.height} at ${ev.fps} fps)`);
+      break;
     default:
-      log(`${ev.type}${ev.utterance_id ? ` ${ev.utterance_id}` : ""}${ev.interrupted ? " (interrupted)" : ""}`);
+      log(`${ev.type}${ev.utterance_id ? ` ${ev.utterance_id}` : ""}${ev.duration_s !== undefined ? ` ${ev.duration_s.toFixed(1)} s` : ""}`);
   }
+  setActivity();
 }
 
 async function pollStats() {
@@ -181,8 +234,10 @@ function setRunning(running) {
   $("start").disabled = running;
   $("stop").disabled = !running;
   $("mic").disabled = !running || !state.mic;
-  $("speak").disabled = !running;
-  $("interrupt").disabled = !running;
+  $("speak").disabled = !running || Boolean(state.attached);
+  $("interrupt").disabled = !running || Boolean(state.attached);
+  $("mode").disabled = Boolean(state.attached);
+  $("barge-in").disabled = Boolean(state.attached);
   $("avatar").disabled = running;
   $("quality").disabled = running;
 }
@@ -193,18 +248,25 @@ async function start() {
   setRunning(true);
   state.startedAt = performance.now();
   state.stats = {};
+  state.speaking.clear();
+  state.userSpeaking = false;
   const mode = $("mode").value;
   const token = $("token").value || undefined;
   try {
     // Create the session first: the server warms the engine up while the microphone opens.
-    const created = api("/v1/sessions", {
+    const created = state.attached ? Promise.resolve(state.attached) : api("/v1/sessions", {
       method: "POST", token,
-      body: { mode, avatar: $("avatar").value || null, quality: $("quality").value || null },
+      body: {
+        mode, avatar: $("avatar").value || null, quality: $("quality").value || null,
+        barge_in: $("barge-in").checked,
+      },
     });
     try {
       state.mic = await openMicrophone(mode);
     } catch (err) {
-      created.then((s) => api(`/v1/sessions/${s.session_id}`, { method: "DELETE", token: s.token })).catch(() => {});
+      if (!state.attached) {
+        created.then((s) => api(`/v1/sessions/${s.session_id}`, { method: "DELETE", token: s.token })).catch(() => {});
+      }
       throw err;
     }
     mark("microphone");
@@ -227,7 +289,7 @@ async function start() {
     };
     pc.onconnectionstatechange = () => {
       const st = pc.connectionState;
-      if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); }
+      if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); setActivity(); }
       if (st === "failed") {
         setStatus("failed", "error");
         showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
@@ -262,7 +324,10 @@ async function stop({ keepMessage = false } = {}) {
   state.session = state.pc = state.ws = state.mic = null;
   state.timers.forEach(clearInterval);
   state.timers = [];
-  if (session) {
+  state.speaking.clear();
+  state.userSpeaking = false;
+  setActivity();
+  if (session && !state.attached) {
     await api(`/v1/sessions/${session.session_id}`, { method: "DELETE", token: session.token }).catch(() => {});
   }
   ws?.close();
@@ -285,6 +350,7 @@ function wire() {
   };
   $("mode").onchange = () => {
     syncVoiceDefault();
+    setActivity();
     state.ws?.readyState === WebSocket.OPEN && state.ws.send(JSON.stringify({ type: "config", mode: $("mode").value }));
   };
   $("voice").onchange = () => { $("video").muted = !$("voice").checked; $("video").play().catch(() => {}); };
@@ -301,9 +367,11 @@ function wire() {
     $("text").value = "";
   };
   $("interrupt").onclick = () => state.ws?.send(JSON.stringify({ type: "interrupt" }));
+  $("barge-in").onchange = () => state.ws?.readyState === WebSocket.OPEN
+    && state.ws.send(JSON.stringify({ type: "config", barge_in: $("barge-in").checked }));
   window.addEventListener("pagehide", () => {
     const s = state.session;
-    if (s) fetch(`/v1/sessions/${s.session_id}`, { method: "DELETE", keepalive: true, headers: authHeaders(s.token) });
+    if (s && !state.attached) fetch(`/v1/sessions/${s.session_id}`, { method: "DELETE", keepalive: true, headers: authHeaders(s.token) });
   });
 }
 
