@@ -12,9 +12,72 @@ import pytest
 from agent_helpers import PACKET_S, append_message, live_session, tone
 from server_helpers import AUDIO_HOLD_S, loopback_only, make_settings, running_server
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+from server.mute import MutedAudio, VoiceGate
+from server.playback import PlaybackTracker
+from server.playout import AudioOut
+from server.speech import SpeechQueue
+
 SR = 16000
 
+
+def test_open_utterance_plays_as_it_arrives_and_keeps_its_place():
+    q = SpeechQueue(10 * SR)
+    a = q.open("a")
+    b = q.open("b")
+    q.extend(b, np.full(100, 0.2, np.float32))
+    assert q.take(50)[0].size == 0  # "a" has nothing yet: "b" must not jump ahead
+    q.extend(a, np.full(300, 0.5, np.float32))
+    block, segs = q.take(400)
+    assert block.size == 300 and block.max() == 0.5  # "a" runs dry: the rest of the block is the caller's silence
+    assert [(s.utterance_id, s.first, s.last) for s in segs] == [("a", True, False)]
+    q.close(a)  # closed after everything was fed: an empty segment reports its end
+    block, segs = q.take(400)
+    assert [(s.utterance_id, s.start, s.end, s.first, s.last) for s in segs] == [
+        ("a", 0, 0, False, True), ("b", 0, 100, True, False)]
+    assert not q.close(q.open("empty")) and len(q) == 1  # an utterance that never got audio disappears
+
+
+def test_tracker_interrupt_ends_playing_and_unheard_utterances_at_the_cut():
+    t = PlaybackTracker(SR, 25)
+    t.begin("a", 0)
+    t.fed("a", 16000)
+    t.on_played(0)
+    t.begin("b", 16000)
+    t.fed("b", 20000)
+    events = t.interrupt(cut_sample=8000)
+    assert [(e.type, e.utterance_id, e.pts, e.interrupted) for e in events] == [
+        ("playback.finished", "a", 0.5, True), ("playback.finished", "b", None, True)]
+    assert t.active == 0 and t.on_played(100) == []
+
+
+async def test_voice_gate_silences_the_muted_media_range_with_a_short_fade():
+    gate = VoiceGate(SR)
+    gate.mute(1000, 2000)
+    loud = np.full(320, 10_000, np.int16)
+
+    class Source:
+        def __init__(self):
+            self.start = 640
+
+        async def next_audio(self):
+            out = AudioOut(index=0, pts=0, packet=0, media_sample=self.start, pcm=loud, sample_rate=SR,
+                           inserted=False, due=0.0)
+            self.start += 320
+            return out
+
+    muted = MutedAudio(Source(), gate)
+    first = (await muted.next_audio()).pcm  # samples 640..960: before the cut
+    second = (await muted.next_audio()).pcm  # 960..1280: the cut at 1000, then a 5 ms fade
+    assert np.array_equal(first, loud)
+    assert np.array_equal(second[:40], loud[:40]) and second[40] == 10_000 and second[40 + 80:].max() == 0
+    assert np.all(np.diff(second[40:121].astype(int)) <= 0)
+    for _ in range(3):
+        await muted.next_audio()  # 1280..2240: silent up to 2000, loud again after (new speech)
+    assert gate.released_until == 2240 and gate.last_voiced_until == 2240
+    assert gate.apply(1900, loud[:200]).tolist() == [0] * 100 + [10_000] * 100
+
+
+@pytest.mark.usefixtures("one_thread")
 
 async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch):
     loopback_only(monkeypatch)
@@ -58,6 +121,7 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
               f"{(t_finished - t_interrupt) * 1000:.0f} ms; client heard {loud_s:.2f} s of {heard_s:.2f} s")
 
 
+@pytest.mark.usefixtures("one_thread")
 async def test_streamed_audio_plays_as_it_arrives_slower_than_real_time(monkeypatch):
     loopback_only(monkeypatch)
     async with running_server(make_settings(), config="micro") as srv, live_session(srv) as live:
@@ -82,6 +146,7 @@ async def test_streamed_audio_plays_as_it_arrives_slower_than_real_time(monkeypa
         print(f"slow stream: first sound {started_at - t0:.2f} s after the first append; heard {loud_s:.2f} s")
 
 
+@pytest.mark.usefixtures("one_thread")
 async def test_agent_bad_input_gets_errors_and_the_session_keeps_working(monkeypatch):
     loopback_only(monkeypatch)
     async with running_server(make_settings(max_text_chars=200), config="micro") as srv, \
