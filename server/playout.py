@@ -7,18 +7,29 @@ so it can be tested on a :class:`~server.clock.FakeClock`.
 
 Timeline. ``t0`` is the clock time at which the session's first frame arrived. Output slots lie
 on fixed grids anchored at ``t0``: video slot j is due at ``t0 + j/fps``, audio packet slot i at
-``t0 + i*packet``. The playout delay L maps an output instant ``t0 + w`` to media time ``w - L``,
-so media frame n plays at ``t0 + L + n/fps`` and media packet k at ``t0 + L + k*packet``, both
-from the same t0 and L, so they cannot drift apart. L only takes whole multiples of the quantum
-where both grids meet (40 ms at 25 fps and 20 ms packets), and a new L takes effect at such an
-instant for both tracks at once: a raise inserts held video and silence on both, a decrease
-skips the same media span on both.
+``t0 + i*packet``. The playout delay L maps an output instant ``t0 + w`` to playout media time
+``w - L``, so playout frame slot n plays at ``t0 + L + n/fps`` and packet k at
+``t0 + L + k*packet``, both from the same t0 and L, so they cannot drift apart. L only takes
+whole multiples of the quantum where both grids meet (40 ms at 25 fps and 20 ms packets), and a
+new L takes effect at such an instant for both tracks at once: a raise inserts held video and
+silence on both, a decrease skips the same media span on both.
+
+Engine frame ``index`` sits at playout slot ``index - n0 + shift`` (its audio ``shift`` frames
+later too), where ``n0`` is the first frame's index and ``shift`` starts at 0. When the engine
+falls so far behind that even the maximum delay cannot cover it, a *resync* raises ``shift`` (by
+whole quanta) so that the arriving frame is due L after now; the slots in between become an
+inserted hold on both tracks, like a raise of L.
+
+Consumers may be late (a loaded event loop): within a tolerance they get the slots they missed
+back to back, each at or after its deadline; beyond it they skip to the slot holding the
+current time. Nothing is ever released before its deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +39,8 @@ import numpy as np
 
 from engine.frames import PublishedFrame
 from server.clock import Clock, MonotonicClock
+
+log = logging.getLogger(__name__)
 
 # Tolerance when comparing float clock readings with exact (Fraction) grid instants.
 _EPS = 1e-9
@@ -51,6 +64,11 @@ class PlayoutConfig:
     decay_per_s: float = 0.02  # L shrinks this much per second of steady production
     steady_after_s: float = 5.0  # no miss for this long before L may shrink
     capacity_frames: int = 150
+    # A consumer this late still gets every slot (back to back); later than this it skips ahead.
+    audio_late_tolerance_s: float = 0.2
+    video_late_tolerance_s: float | None = None  # None: one frame period
+    # Resync after this many late arrivals in a row while L is already at its maximum.
+    resync_after_late: int = 5
 
     def __post_init__(self) -> None:
         if self.fps <= 0 or self.sample_rate <= 0 or self.audio_packet_ms <= 0:
@@ -65,6 +83,10 @@ class PlayoutConfig:
             raise ValueError("capacity_frames must be at least 1")
         if self.raise_step < 0 or self.decay_per_s < 0 or self.steady_after_s < 0:
             raise ValueError("raise_step, decay_per_s and steady_after_s must not be negative")
+        if self.audio_late_tolerance_s < 0 or (self.video_late_tolerance_s or 0) < 0:
+            raise ValueError("late tolerances must not be negative")
+        if self.resync_after_late < 1:
+            raise ValueError("resync_after_late must be at least 1")
 
     @property
     def frame_period(self) -> Fraction:
@@ -84,6 +106,11 @@ class PlayoutConfig:
         f, p = self.frame_period, self.packet_period
         return Fraction(math.lcm(f.numerator, p.numerator), math.gcd(f.denominator, p.denominator))
 
+    @property
+    def video_tolerance(self) -> float:
+        tol = self.video_late_tolerance_s
+        return float(self.frame_period) if tol is None else tol
+
 
 @dataclass(frozen=True)
 class VideoOut:
@@ -94,12 +121,12 @@ class VideoOut:
     """
 
     slot: int
-    media_slot: int  # media frame slot this output plays (held one for an inserted slot)
+    media_slot: int  # engine frame slot this output plays (the held one for an inserted slot)
     pts: Fraction  # media time of media_slot
     rgb: np.ndarray
     frame_index: int | None  # frame whose pixels these are; None while nothing has been shown
     repeated: bool  # not a fresh frame: the slot's frame was missing, or a hold inserted by a raise of L
-    inserted: bool  # the hold was inserted by a raise of L (not a deadline miss)
+    inserted: bool  # the hold was inserted by a raise of L or a resync (not a deadline miss)
     due: float
 
 
@@ -130,7 +157,7 @@ class PlayoutStats:
     repeats: int  # video slots whose frame was missing at the deadline (last frame repeated)
     drops: int  # frames thrown away because their deadline had passed
     skips: int  # on-time frames skipped to shorten L
-    holds: int  # video slots inserted by raising L
+    holds: int  # video slots inserted by raising L or by a resync
     deadline_misses: int
     miss_ratio: float  # deadline_misses / (frames_shown + deadline_misses)
     delay: float  # L in effect now
@@ -138,17 +165,46 @@ class PlayoutStats:
     depth: int  # frames held in the buffer
     audio_packets: int
     silent_packets: int  # packets without any frame audio (missing frames or inserted silence)
-    av_offset: float  # (due - media time) of the last audio packet minus that of the last video slot
+    # Seconds by which audio for media time t is released after the video for t, measured on the
+    # latest audio packet heard against the video slot on screen at its due time, from the
+    # instants both were actually released (so a late consumer shows). 0.0 before any pair.
+    av_offset: float
+    audio_skipped: int = 0  # packets never released: the audio consumer was later than its tolerance
+    video_skipped: int = 0  # video slots never released: the video consumer was later than its tolerance
+    resyncs: int = 0  # times the media timeline was re-based because the engine fell too far behind
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    """From playout slot ``start`` on, engine frame n sits at slot ``n - n0 + shift``.
+
+    Slots in ``[gap_start, start)`` belong to no frame: the hold a resync inserted.
+    Samples likewise, in playout samples (``gap_sample``, ``start_sample``, ``shift_samples``).
+    """
+
+    gap_start: int
+    start: int
+    shift: int
+    gap_sample: int
+    start_sample: int
+    shift_samples: int
+
+
+@dataclass(frozen=True)
+class _Held:
+    frame: PublishedFrame
+    sample: int  # playout sample of the frame's first audio sample
 
 
 class PlayoutBuffer:
     """Jitter buffer between one session's engine and its two outgoing tracks.
 
     Producer: :meth:`put` / :meth:`put_nowait`. Consumers: one task calling :meth:`next_video`,
-    one calling :meth:`next_audio`; each returns at its slot's deadline. The video consumer
-    drives the adaptation of L (it sees the underruns). A consumer that falls behind (or starts
-    after t0 + L) resumes at the slot holding the current time, dropping what it missed, rather
-    than bursting. Not thread-safe: call everything from the session's event loop.
+    one calling :meth:`next_audio`; each returns at (never before) its slot's deadline. The video
+    consumer drives the adaptation of L (it sees the underruns). A consumer that is late by at most
+    its tolerance gets each missed slot in turn, at once; one that falls further behind (or starts
+    after t0 + L) resumes at the slot holding the current time, dropping what it missed. Not
+    thread-safe: call everything from the session's event loop.
     """
 
     def __init__(self, config: PlayoutConfig | None = None, clock: Clock | None = None) -> None:
@@ -160,6 +216,8 @@ class PlayoutBuffer:
         self._quantum = cfg.quantum
         self._frames_per_q = int(self._quantum / self._frame_period)
         self._packets_per_q = int(self._quantum / self._packet_period)
+        self._video_tol = cfg.video_tolerance
+        self._audio_tol = cfg.audio_late_tolerance_s
         q = float(self._quantum)
         self._q_min = math.ceil(cfg.min_delay / q - _EPS)
         self._q_max = max(self._q_min, math.floor(cfg.max_delay / q + _EPS))
@@ -167,30 +225,42 @@ class PlayoutBuffer:
         # (instant relative to t0, L in quanta from then on); instants are on the quantum grid.
         first = (Fraction(0), self._quanta(self._target))
         self._changes: deque[tuple[Fraction, int]] = deque([first], maxlen=16)
+        self._epochs: list[_Epoch] = [_Epoch(0, 0, 0, 0, 0, 0)]
 
         self._t0: float | None = None
-        self._n0 = 0  # first frame's index: media slot 0
-        self._s0 = 0  # first frame's sample index: media sample 0
+        self._n0 = 0  # first frame's index
+        self._s0 = 0  # first frame's sample index
+        self._top = -1  # highest engine frame index received
         self._blank: np.ndarray | None = None
-        self._frames: dict[int, PublishedFrame] = {}
-        self._order: list[int] = []  # heap of buffered indices (may hold stale ones)
+        self._frames: dict[int, _Held] = {}  # by playout slot
+        self._order: list[int] = []  # heap of buffered playout slots (may hold stale ones)
 
         self._v_next: int | None = None
-        self._v_wm = -1  # last media slot the video track has passed
+        self._v_wm = -1  # last playout slot the video track has passed
+        self._v_media = 0  # engine index of the last media slot video passed (shown by holds)
         self._last_frame: PublishedFrame | None = None
         self._a_next: int | None = None
-        self._a_wm = -1  # last media packet the audio track has passed
-        self._offset_v: Fraction | None = None
-        self._offset_a: Fraction | None = None
+        self._a_wm = -1  # last playout packet the audio track has passed
+        self._audio_started = False
+        self._released_w: Fraction = Fraction(-1)  # latest output instant either track released
+
+        # A/V offset at release: recent video releases (slot, release time, media time on screen)
+        # and heard audio packets whose video slot has not been released yet.
+        keep = max(8, math.ceil(self._audio_tol * cfg.fps) + 4)  # video slots audio may lag behind
+        self._v_released: deque[tuple[int, float, float | None]] = deque(maxlen=keep)
+        self._a_pending: deque[tuple[int, float, float]] = deque(maxlen=32)
+        self._av_offset = 0.0
 
         self._last_miss = 0.0  # relative to t0
         self._last_decay = 0.0
+        self._late_run = 0  # late arrivals in a row
         # Sliding-window minimum of (media time - arrival time) of recent frames: the evidence
         # that a shorter L would still have been in time.
         self._early: deque[tuple[float, float]] = deque()
 
         self._frames_in = self._shown = self._repeats = self._drops = self._skips = self._holds = 0
         self._packets = self._silent = 0
+        self._audio_skipped = self._video_skipped = self._resyncs = 0
 
         self._closed = False
         self._closed_fut: asyncio.Future[None] | None = None
@@ -210,7 +280,9 @@ class PlayoutBuffer:
         """Take a frame unless the buffer is full (then False, nothing changed).
 
         A frame that is already too late is taken and dropped at once (counted), since waiting
-        for room would only make it later.
+        for room would only make it later. If the engine's newest frames keep coming late while
+        L is already at its maximum (or one is later than the maximum delay), the media timeline
+        is re-based so that this frame is due L from now (a resync) and it is kept.
         """
         if self._closed:
             raise PlayoutClosed("playout buffer is closed")
@@ -223,19 +295,30 @@ class PlayoutBuffer:
         if self._t0 is None:
             self._start(frame, now)
         assert self._t0 is not None
-        if frame.index in self._frames:
+        now_rel = now - self._t0
+        slot = self._slot_of(frame)
+        if slot in self._frames:
             raise ValueError(f"frame {frame.index} is already buffered")
         self._evict()
-        if self._is_late(frame, now):
-            self._frames_in += 1
-            self._drop(now - self._t0)
-            return True
+        newest = frame.index > self._top
+        if self._is_late(frame, slot, now_rel):
+            self._late_run += 1
+            if not (newest and self._should_resync(slot, now_rel)):
+                self._top = max(self._top, frame.index)
+                self._frames_in += 1
+                self._drop(now_rel)
+                return True
+            self._resync(frame, now_rel)
+            slot = self._slot_of(frame)
+        else:
+            self._late_run = 0
         if len(self._frames) >= cfg.capacity_frames:
             return False
+        self._top = max(self._top, frame.index)
         self._frames_in += 1
-        self._frames[frame.index] = frame
-        heapq.heappush(self._order, frame.index)
-        self._note_arrival(frame, now - self._t0)
+        self._frames[slot] = _Held(frame, self._sample_of(frame))
+        heapq.heappush(self._order, slot)
+        self._note_arrival(slot, now_rel)
         return True
 
     # ---------------------------------------------------------------- consumers
@@ -248,24 +331,30 @@ class PlayoutBuffer:
         if slot is None:
             slot = self._delay_q(Fraction(0)) * self._frames_per_q
         await self._sleep_until(t0 + float(slot * period))
-        lagged = self._clock.now() >= t0 + float((slot + 1) * period)
+        lagged = self._clock.now() - self._due(slot * period) > self._video_tol + _EPS
         if lagged:
-            slot = self._slot_now(period)
+            ahead = max(slot, self._slot_now(period))
+            self._video_skipped += ahead - slot
+            slot = ahead
         self._v_next = slot + 1
         out = self._video_slot(slot, lagged)
+        self._note_video_release(out)
         self._evict()
         return out
 
     async def next_audio(self) -> AudioOut:
         """Sleep until the next audio packet's deadline and return its PCM."""
+        self._audio_started = True
         t0 = await self._wait_started()
         period = self._packet_period
         index = self._a_next
         if index is None:
             index = self._delay_q(Fraction(0)) * self._packets_per_q
         await self._sleep_until(t0 + float(index * period))
-        if self._clock.now() >= t0 + float((index + 1) * period):
-            index = self._slot_now(period)
+        if self._clock.now() - self._due(index * period) > self._audio_tol + _EPS:
+            ahead = max(index, self._slot_now(period))
+            self._audio_skipped += ahead - index
+            index = ahead
         self._a_next = index + 1
         out = self._audio_packet(index)
         self._evict()
@@ -294,9 +383,6 @@ class PlayoutBuffer:
 
     def stats(self) -> PlayoutStats:
         misses = self._repeats + self._drops
-        av = 0.0
-        if self._offset_a is not None and self._offset_v is not None:
-            av = float(self._offset_a - self._offset_v)
         now_rel = 0.0 if self._t0 is None else self._clock.now() - self._t0
         return PlayoutStats(
             frames_in=self._frames_in,
@@ -312,43 +398,51 @@ class PlayoutBuffer:
             depth=len(self._frames),
             audio_packets=self._packets,
             silent_packets=self._silent,
-            av_offset=av,
+            av_offset=self._av_offset,
+            audio_skipped=self._audio_skipped,
+            video_skipped=self._video_skipped,
+            resyncs=self._resyncs,
         )
 
     # ---------------------------------------------------------------- slots
 
     def _video_slot(self, slot: int, lagged: bool) -> VideoOut:
         w = slot * self._frame_period
+        self._released_w = max(self._released_w, w)
         media = slot - self._delay_q(w) * self._frames_per_q
         due = self._due(w)
         if media <= self._v_wm:
             self._holds += 1
-            return self._video_out(slot, self._v_wm, due, repeated=True, inserted=True)
-        for index in [i for i in self._frames if self._v_wm < i - self._n0 < media]:
-            del self._frames[index]
+            return self._video_out(slot, due, repeated=True, inserted=True)
+        for s in [s for s in self._frames if self._v_wm < s < media]:
+            del self._frames[s]
             if lagged:
                 self._drop(float(w))
             else:
                 self._skips += 1
         self._v_wm = media
-        self._offset_v = w - media * self._frame_period
-        frame = self._frames.get(self._n0 + media)
-        if frame is None:
+        epoch = self._epoch_at(media)
+        if epoch is None:  # the hold a resync inserted
+            self._holds += 1
+            return self._video_out(slot, due, repeated=True, inserted=True)
+        self._v_media = self._n0 + media - epoch.shift
+        held = self._frames.get(media)
+        if held is None:
             self._repeats += 1
             self._on_underrun(w)
-            return self._video_out(slot, media, due, repeated=True, inserted=False)
+            return self._video_out(slot, due, repeated=True, inserted=False)
         self._shown += 1
-        self._last_frame = frame
+        self._last_frame = held.frame
         self._decay(w)
-        return self._video_out(slot, media, due, repeated=False, inserted=False)
+        return self._video_out(slot, due, repeated=False, inserted=False)
 
-    def _video_out(self, slot: int, media: int, due: float, repeated: bool, inserted: bool) -> VideoOut:
+    def _video_out(self, slot: int, due: float, repeated: bool, inserted: bool) -> VideoOut:
         last = self._last_frame
         assert self._blank is not None
         return VideoOut(
             slot=slot,
-            media_slot=self._n0 + media,
-            pts=Fraction(self._n0 + media, self.config.fps),
+            media_slot=self._v_media,
+            pts=Fraction(self._v_media, self.config.fps),
             rgb=self._blank if last is None else last.rgb,
             frame_index=None if last is None else last.index,
             repeated=repeated,
@@ -358,6 +452,7 @@ class PlayoutBuffer:
 
     def _audio_packet(self, index: int) -> AudioOut:
         w = index * self._packet_period
+        self._released_w = max(self._released_w, w)
         packet = index - self._delay_q(w) * self._packets_per_q
         n = self._packet_samples
         self._packets += 1
@@ -365,12 +460,19 @@ class PlayoutBuffer:
             self._silent += 1
             return self._audio_out(index, w, None, None, np.zeros(n, np.int16))
         self._a_wm = packet
-        self._offset_a = w - packet * self._packet_period
-        start = self._s0 + packet * n
+        start = packet * n
+        epoch = self._epoch_at_sample(start, start + n)
+        if epoch is None:  # inside the hold a resync inserted
+            self._silent += 1
+            return self._audio_out(index, w, None, None, np.zeros(n, np.int16))
+        media_sample = self._s0 + start - epoch.shift_samples
         pcm, heard = self._gather(start, n)
         if not heard:
             self._silent += 1
-        return self._audio_out(index, w, packet, start, pcm)
+        out = self._audio_out(index, w, packet - epoch.shift_samples // n, media_sample, pcm)
+        if heard:
+            self._note_audio_release(w, media_sample / self.config.sample_rate)
+        return out
 
     def _audio_out(
         self, index: int, w: Fraction, packet: int | None, start: int | None, pcm: np.ndarray
@@ -387,22 +489,52 @@ class PlayoutBuffer:
         )
 
     def _gather(self, start: int, count: int) -> tuple[np.ndarray, bool]:
-        """PCM for media samples [start, start+count) from whichever buffered frames cover them."""
+        """PCM for playout samples [start, start+count) from whichever buffered frames cover them."""
         cfg = self.config
         buf = np.zeros(count, np.float32)
         heard = False
         first = start * cfg.fps // cfg.sample_rate - 1
         last = (start + count) * cfg.fps // cfg.sample_rate + 1
-        for index in range(first, last + 1):
-            frame = self._frames.get(index)
-            if frame is None:
+        for slot in range(first, last + 1):
+            held = self._frames.get(slot)
+            if held is None:
                 continue
-            lo = max(start, frame.sample_index)
-            hi = min(start + count, frame.sample_index + len(frame.audio))
+            audio = held.frame.audio
+            lo = max(start, held.sample)
+            hi = min(start + count, held.sample + len(audio))
             if lo < hi:
-                buf[lo - start : hi - start] = frame.audio[lo - frame.sample_index : hi - frame.sample_index]
+                buf[lo - start : hi - start] = audio[lo - held.sample : hi - held.sample]
                 heard = True
         return np.rint(np.clip(buf, -1.0, 1.0) * 32767.0).astype(np.int16), heard
+
+    # ---------------------------------------------------------------- A/V offset at release
+
+    def _note_video_release(self, out: VideoOut) -> None:
+        """Remember what video put on screen for this slot, and pair audio waiting for it."""
+        shown = None
+        if not out.inserted and out.frame_index is not None:
+            shown = out.frame_index / self.config.fps
+        released = self._clock.now()
+        self._v_released.append((out.slot, released, shown))
+        pending = self._a_pending
+        while pending and pending[0][0] <= out.slot:
+            slot, released_a, media_a = pending.popleft()
+            if slot == out.slot and shown is not None:
+                self._av_offset = (released_a - media_a) - (released - shown)
+
+    def _note_audio_release(self, w: Fraction, media: float) -> None:
+        """Pair this heard packet with the video slot on screen at its due time (now or once released)."""
+        slot = math.floor(w / self._frame_period)
+        released = self._clock.now()
+        for v_slot, released_v, shown in reversed(self._v_released):
+            if v_slot == slot:
+                if shown is not None:
+                    self._av_offset = (released - media) - (released_v - shown)
+                return
+            if v_slot < slot:
+                break
+        if self._v_next is None or slot >= self._v_next:
+            self._a_pending.append((slot, released, media))
 
     # ---------------------------------------------------------------- adaptation of L
 
@@ -420,11 +552,15 @@ class PlayoutBuffer:
         return float(self._delay_q(w) * self._quantum)
 
     def _schedule(self, w: Fraction) -> None:
-        """Let L follow the target from the next quantum instant after w, for both tracks alike."""
+        """Let L follow the target from the next quantum instant after w, for both tracks alike.
+
+        The instant also lies after everything either track has released already (a consumer
+        may be ahead of the other by its late tolerance), so both switch at the same instant.
+        """
         q = self._quanta(self._target)
         if q == self._changes[-1][1]:
             return
-        at = (math.floor(w / self._quantum) + 1) * self._quantum
+        at = (math.floor(max(w, self._released_w) / self._quantum) + 1) * self._quantum
         if self._changes[-1][0] == at:
             self._changes.pop()
         self._changes.append((at, q))
@@ -453,11 +589,85 @@ class PlayoutBuffer:
             return False
         return early[0][1] + self._delay_s(now) >= float(self._quantum) - _EPS
 
-    def _note_arrival(self, frame: PublishedFrame, now_rel: float) -> None:
-        ahead = float((frame.index - self._n0) * self._frame_period) - now_rel
+    def _note_arrival(self, slot: int, now_rel: float) -> None:
+        ahead = float(slot * self._frame_period) - now_rel
         while self._early and self._early[-1][1] >= ahead:
             self._early.pop()
         self._early.append((now_rel, ahead))
+
+    # ---------------------------------------------------------------- resync
+
+    def _should_resync(self, slot: int, now_rel: float) -> bool:
+        """The engine's newest frame is late and raising L cannot help any more."""
+        cfg = self.config
+        lateness = now_rel - self._delay_s(now_rel) - float(slot * self._frame_period)
+        if lateness > cfg.max_delay + _EPS:
+            return True
+        return self._late_run >= cfg.resync_after_late and self._quanta(self._target) >= self._q_max
+
+    def _resync(self, frame: PublishedFrame, now_rel: float) -> None:
+        """Re-base the timeline: ``frame`` (and the engine's later frames) move to slots due L from now.
+
+        Both tracks shift by the same whole number of quanta, so each frame's audio stays with it.
+        The slots between what the tracks passed (or hold buffered) and the new position are an
+        inserted hold: still video and silence, counted as holds, not misses.
+        """
+        cfg = self.config
+        fpq = self._frames_per_q
+        late_by = now_rel - self._delay_s(now_rel) - float(self._slot_of(frame) * self._frame_period)
+        audio_passed = -((self._a_wm + 1) * self._packet_samples * cfg.fps // -cfg.sample_rate)
+        lo = max(self._v_wm + 1, audio_passed, max(self._frames, default=-1) + 1, self._epochs[-1].start)
+        gap_start = -(lo // -fpq) * fpq
+        # Slot i is due at t0 + i/fps + L: i >= now*fps puts it at least L from now.
+        target = max(gap_start, math.ceil(now_rel * cfg.fps - _EPS))
+        shift = -((target - (frame.index - self._n0)) // -fpq) * fpq
+        shift = max(shift, self._epochs[-1].shift)
+        start = frame.index - self._n0 + shift
+        shift_samples = shift * cfg.sample_rate // cfg.fps  # exact: whole quanta hold whole packets
+        epoch = _Epoch(
+            gap_start=gap_start,
+            start=start,
+            shift=shift,
+            gap_sample=gap_start * cfg.sample_rate // cfg.fps,
+            start_sample=frame.sample_index - self._s0 + shift_samples,
+            shift_samples=shift_samples,
+        )
+        self._epochs.append(epoch)
+        self._resyncs += 1
+        self._late_run = 0
+        self._early.clear()
+        log.warning(
+            "playout resync: frame %d was %.2f s late; it now plays in %.2f s (%d frames of hold)",
+            frame.index,
+            late_by,
+            float(start * self._frame_period) + self._delay_s(now_rel) - now_rel,
+            start - gap_start,
+        )
+
+    def _epoch_at(self, slot: int) -> _Epoch | None:
+        """The epoch a playout slot belongs to; None inside a resync's hold."""
+        for epoch in reversed(self._epochs):
+            if slot >= epoch.start:
+                return epoch
+            if slot >= epoch.gap_start:
+                return None
+        return self._epochs[0]
+
+    def _epoch_at_sample(self, start: int, end: int) -> _Epoch | None:
+        """The epoch of the playout samples [start, end); None if they all lie in a resync's hold."""
+        for i in range(len(self._epochs) - 1, -1, -1):
+            epoch = self._epochs[i]
+            if start >= epoch.start_sample:
+                return epoch
+            if start >= epoch.gap_sample:
+                return epoch if end > epoch.start_sample else None
+        return self._epochs[0]
+
+    def _slot_of(self, frame: PublishedFrame) -> int:
+        return frame.index - self._n0 + self._epochs[-1].shift
+
+    def _sample_of(self, frame: PublishedFrame) -> int:
+        return frame.sample_index - self._s0 + self._epochs[-1].shift_samples
 
     # ---------------------------------------------------------------- bookkeeping
 
@@ -465,47 +675,49 @@ class PlayoutBuffer:
         self._t0 = now
         self._n0 = frame.index
         self._s0 = frame.sample_index
+        self._v_media = frame.index
         self._blank = np.zeros_like(frame.rgb)
         self._wake(self._start_waiters)
 
-    def _is_late(self, frame: PublishedFrame, now: float) -> bool:
+    def _is_late(self, frame: PublishedFrame, slot: int, now_rel: float) -> bool:
         """Its video slot (or the audio packet holding its first sample) has already been played."""
-        assert self._t0 is not None
-        media = frame.index - self._n0
-        if media < 0 or media <= self._v_wm:
+        if slot < self._epochs[-1].start or slot <= self._v_wm:
             return True
-        if frame.sample_index - self._s0 < (self._a_wm + 1) * self._packet_samples:
+        if self._sample_of(frame) < (self._a_wm + 1) * self._packet_samples:
             return True
-        now_rel = now - self._t0
-        return now_rel - self._delay_s(now_rel) > float(media * self._frame_period) + _EPS
+        return now_rel - self._delay_s(now_rel) > float(slot * self._frame_period) + _EPS
 
     def _drop(self, now_rel: float) -> None:
         self._drops += 1
         self._last_miss = now_rel
 
     def _evict(self) -> None:
-        """Forget frames neither track can still play; an unshown one counts as dropped."""
+        """Forget frames neither track can still play; an unshown one counts as dropped.
+
+        A track that is late (within its tolerance) may still come for a frame after its
+        deadline, so frames are kept until the tolerance past it has gone by too.
+        """
         if self._t0 is None:
             return
         now_rel = self._clock.now() - self._t0
-        media_now = now_rel - self._delay_s(now_rel) + _EPS
+        media_now = now_rel - self._delay_s(now_rel)
         rate = self.config.sample_rate
         heard_to = (self._a_wm + 1) * self._packet_samples
+        audio_tol = self._audio_tol if self._audio_started else 0.0
         while self._order:
-            index = self._order[0]
-            frame = self._frames.get(index)
-            if frame is None:
+            slot = self._order[0]
+            held = self._frames.get(slot)
+            if held is None:
                 heapq.heappop(self._order)
                 continue
-            media = index - self._n0
-            video_needs = media > self._v_wm and media_now < float((media + 1) * self._frame_period)
-            end = frame.sample_index - self._s0 + len(frame.audio)
-            audio_needs = end > heard_to and media_now < end / rate
+            video_needs = slot > self._v_wm and media_now <= float(slot * self._frame_period) + self._video_tol + _EPS
+            end = held.sample + len(held.frame.audio)
+            audio_needs = end > heard_to and media_now < end / rate + audio_tol - _EPS
             if video_needs or audio_needs:
                 break
             heapq.heappop(self._order)
-            del self._frames[index]
-            if media > self._v_wm:
+            del self._frames[slot]
+            if slot > self._v_wm:
                 self._drop(now_rel)
         if len(self._frames) < self.config.capacity_frames:
             self._wake(self._space_waiters)
@@ -515,7 +727,7 @@ class PlayoutBuffer:
         return self._t0 + float(w)
 
     def _slot_now(self, period: Fraction) -> int:
-        """The slot whose interval holds the current time: a late consumer resumes there, never bursts."""
+        """The slot whose interval holds the current time: a consumer too late resumes there."""
         assert self._t0 is not None
         now = self._clock.now()
         slot = max(0, math.floor((now - self._t0) / float(period)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -38,63 +39,93 @@ def due(buf: PlayoutBuffer, seconds: Fraction | float) -> float:
     return buf.t0 + float(seconds)
 
 
-class Session:
-    """A buffer on a fake clock with both tracks consumed into lists of (release time, output)."""
+Work = Callable[[int], float]
 
-    def __init__(self, config: PlayoutConfig | None = None, audio: bool = True) -> None:
+
+class Session:
+    """A buffer on a fake clock with both tracks consumed into lists of (release time, output).
+
+    ``video_work``/``audio_work`` give the seconds a consumer spends after its n-th output before
+    it asks for the next one (an encoder on a loaded machine); ``offsets`` records
+    ``stats().av_offset`` right after each release.
+    """
+
+    def __init__(
+        self,
+        config: PlayoutConfig | None = None,
+        audio: bool = True,
+        video_work: Work | None = None,
+        audio_work: Work | None = None,
+    ) -> None:
         self.clock = FakeClock(T0)
         self.buf = PlayoutBuffer(config or PlayoutConfig(), self.clock)
         self.video: list[tuple[float, VideoOut]] = []
         self.audio: list[tuple[float, AudioOut]] = []
-        self.tasks = [asyncio.create_task(self._consume(self.buf.next_video, self.video))]
+        self.offsets: list[tuple[str, float, float]] = []  # (track, release time, av_offset)
+        self.tasks = [asyncio.create_task(self._consume(self.buf.next_video, self.video, "video", video_work))]
         if audio:
-            self.tasks.append(asyncio.create_task(self._consume(self.buf.next_audio, self.audio)))
+            self.tasks.append(asyncio.create_task(self._consume(self.buf.next_audio, self.audio, "audio", audio_work)))
 
-    async def _consume(self, pull, sink: list) -> None:
+    async def _consume(self, pull, sink: list, kind: str, work: Work | None) -> None:
         while True:
             try:
                 out = await pull()
             except PlayoutClosed:
                 return
-            sink.append((self.clock.now(), out))
+            now = self.clock.now()
+            sink.append((now, out))
+            self.offsets.append((kind, now, self.buf.stats().av_offset))
+            if work is not None and (busy := work(len(sink) - 1)) > 0:
+                await self.clock.sleep_until(now + busy)
 
     async def stop(self) -> None:
         self.buf.close()
-        await asyncio.gather(*self.tasks)
+        await asyncio.sleep(0)
+        for task in self.tasks:
+            if not task.done():  # busy in its work sleep, which close() does not interrupt
+                task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     def shown(self) -> list[int]:
         return [out.frame_index for _, out in self.video if not out.repeated]
 
 
-def check_av(s: Session) -> None:
-    """Audio carries exactly the samples of the frames video showed, at the same instants."""
+def check_av(s: Session, video_late: float = 0.0, audio_late: float = 0.0) -> None:
+    """Audio carries exactly the samples of the frames video showed, due at the same instants.
+
+    Each output is released at its due time, or up to ``*_late`` after it, never before.
+    """
     t0 = s.buf.t0
     assert t0 is not None
-    shown = set(s.shown())
     when_shown = {out.frame_index: out.due for _, out in s.video if not out.repeated}
     for released, out in s.video:
-        assert released == pytest.approx(out.due, abs=1e-9)
+        assert out.due - 1e-9 <= released <= out.due + video_late + 1e-9
         assert out.due == pytest.approx(t0 + out.slot / FPS, abs=1e-9)
     slots = [out.slot for _, out in s.video]
     assert slots == list(range(slots[0], slots[0] + len(slots))), "one video frame per slot, no gaps"
     indices = [out.index for _, out in s.audio]
     assert indices == list(range(indices[0], indices[0] + len(indices))), "one packet per 20 ms, no gaps"
+    last_video_due = s.video[-1][1].due
     for released, out in s.audio:
-        assert released == pytest.approx(out.due, abs=1e-9)
+        assert out.due - 1e-9 <= released <= out.due + audio_late + 1e-9
         assert out.due == pytest.approx(t0 + out.index * 0.02, abs=1e-9)
         assert out.pcm.dtype == np.int16 and out.pcm.shape == (PKT,)
         assert out.pts == out.index * PKT
         if out.inserted:
             assert not out.pcm.any()
             continue
+        if out.due > last_video_due + 1e-9:
+            continue  # the video track has not got this far yet
+        # Heard exactly while its own frame is on screen: the frame owning these samples was
+        # shown in the video slot holding this packet's due time, else the packet is silent.
         start = out.media_sample
-        expected = ramp(start, start + PKT)
-        owner = np.arange(start, start + PKT) // SPF
-        expected[~np.isin(owner, list(shown))] = 0
-        np.testing.assert_array_equal(out.pcm, expected)
-        if start % SPF == 0 and start // SPF in when_shown:
-            assert out.due == pytest.approx(when_shown[start // SPF], abs=1e-9), "audio plays with its video"
-    assert s.buf.stats().av_offset == 0.0
+        owner = start // SPF
+        slot_due = out.due - (start - owner * SPF) / SR
+        on_screen = owner in when_shown and abs(when_shown[owner] - slot_due) < 1e-6
+        expected = ramp(start, start + PKT) if on_screen else np.zeros(PKT, np.int16)
+        np.testing.assert_array_equal(out.pcm, expected, err_msg=f"packet {out.index}, media {start}")
+    if not video_late and not audio_late:
+        assert all(abs(off) < 1e-9 for _, _, off in s.offsets), "released on time and aligned: no offset"
 
 
 async def test_fake_clock_wakes_sleepers_at_their_deadlines() -> None:
@@ -278,7 +309,8 @@ async def test_audio_stays_with_video_under_bursty_and_stalled_production() -> N
     assert st.delay > 0.28
     assert st.frames_shown + st.drops == st.frames_in == 4 * len(jitter)
     assert st.deadline_misses == st.repeats + st.drops
-    assert st.av_offset == 0.0
+    # Measured at every release, pairing each heard packet with the frame on screen at its due time.
+    assert all(abs(off) <= 1 / FPS for _, _, off in s.offsets)
     check_av(s)
     silent = [out for _, out in s.audio if not out.inserted and not out.pcm.any()]
     assert silent, "missing frames are heard as silence"
@@ -395,3 +427,197 @@ async def test_runs_on_the_real_monotonic_clock() -> None:
     assert slots == sorted(set(slots)), "a loaded machine may skip a slot, never reorder or repeat one"
     assert packet.pcm.dtype == np.int16
     buf.close()
+
+
+# ------------------------------------------------------------------ late consumers
+
+
+async def test_late_audio_consumer_within_tolerance_gets_every_packet_back_to_back() -> None:
+    # Every 10th packet the audio "encoder" is busy 50 ms, so the next pull comes 30 ms after its
+    # deadline: more than a packet period late, well within the 200 ms tolerance.
+    s = Session(PlayoutConfig(steady_after_s=60.0), audio_work=lambda n: 0.05 if n % 10 == 5 else 0.0)
+
+    async def produce() -> None:
+        for c in range(45):
+            await s.clock.sleep_until(T0 + c * 0.16)
+            for i in range(4 * c, 4 * c + 4):
+                await s.buf.put(frame(i))
+
+    producer = asyncio.create_task(produce())
+    await s.clock.run_until(T0 + 0.28 + 179 / FPS)  # the last frame's slot
+    await producer
+    st = s.buf.stats()
+    assert st.audio_skipped == 0 and st.video_skipped == 0 and st.deadline_misses == 0
+    late = [(released - out.due, out) for released, out in s.audio]
+    assert max(d for d, _ in late) == pytest.approx(0.03)
+    assert sum(1 for d, _ in late if d > 1e-9) == 2 * sum(1 for d, _ in late if d > 0.02 + 1e-9)
+    for (released, out), (next_released, nxt) in zip(s.audio, s.audio[1:], strict=False):
+        if released > out.due + 1e-9 and nxt.due < released:
+            assert next_released == released, "the missed packets follow at once, back to back"
+    check_av(s, audio_late=0.03)  # every packet, each with its own frame's samples
+    # The A/V offset measured at release shows exactly how much later the audio went out.
+    audio_offsets = [(released, off) for kind, released, off in s.offsets if kind == "audio"]
+    for (released, out), (_, off) in zip(s.audio, audio_offsets, strict=True):
+        assert off == pytest.approx(released - out.due, abs=1e-9)
+    assert max(off for _, off in audio_offsets) == pytest.approx(0.03)
+    await s.stop()
+
+
+async def test_audio_consumer_later_than_tolerance_skips_ahead_and_counts_it() -> None:
+    s = Session(audio_work=lambda n: 0.5 if n == 20 else 0.0)
+    for i in range(100):
+        s.buf.put_nowait(frame(i))
+    await s.clock.run_for(2.0)
+    st = s.buf.stats()
+    indices = [out.index for _, out in s.audio]
+    jumps = [(a, b) for a, b in zip(indices, indices[1:], strict=False) if b != a + 1]
+    assert len(jumps) == 1
+    a, b = jumps[0]
+    assert st.audio_skipped == b - a - 1 == 24  # 0.5 s busy: 25 packets due meanwhile, one of them still in time
+    released, out = next((r, o) for r, o in s.audio if o.index == b)
+    assert out.due <= released < out.due + 0.02, "resumes at the packet due now, not a burst of old ones"
+    assert released == pytest.approx(s.audio[20][0] + 0.5)
+    for released, out in s.audio:
+        assert released >= out.due - 1e-9
+        np.testing.assert_array_equal(out.pcm, ramp(out.media_sample, out.media_sample + PKT))
+    assert s.shown() == list(range(len(s.shown()))) and st.drops == 0, "video did not notice"
+    await s.stop()
+
+
+async def test_video_consumer_a_little_late_drops_nothing() -> None:
+    # The video "encoder" is busy 75 ms after the first frame, then 40 ms (one period) per frame:
+    # from then on every pull comes 35 ms after its deadline.
+    s = Session(video_work=lambda n: 0.075 if n == 0 else 0.04)
+    for i in range(40):
+        s.buf.put_nowait(frame(i))
+    await s.clock.run_for(1.0)
+    st = s.buf.stats()
+    assert st.drops == 0 and st.video_skipped == 0
+    shown = s.shown()
+    assert shown == list(range(len(shown))) and len(shown) >= 16
+    assert [round(released - out.due, 6) for released, out in s.video][1:] == [0.035] * (len(s.video) - 1)
+    check_av(s, video_late=0.035)
+    # Audio for media time t now goes out before the video for t, by the video's lateness.
+    audio_offsets = [off for kind, _, off in s.offsets if kind == "audio"]
+    assert audio_offsets[-1] == pytest.approx(-0.035)
+    assert all(-0.035 - 1e-9 <= off <= 1e-9 for off in audio_offsets)
+    await s.stop()
+
+
+async def test_video_tolerance_is_configurable_and_beyond_it_the_consumer_skips() -> None:
+    busy = {5: 0.1}  # after slot 5 the consumer is away 100 ms: the next pull is 60 ms late
+    tolerant = Session(PlayoutConfig(video_late_tolerance_s=0.08), video_work=lambda n: busy.get(n, 0.0))
+    strict = Session(video_work=lambda n: busy.get(n, 0.0))
+    for s in (tolerant, strict):
+        for i in range(20):
+            s.buf.put_nowait(frame(i))
+        await s.clock.run_for(1.0)
+    assert tolerant.shown()[:12] == list(range(12)) and tolerant.buf.stats().drops == 0
+    (r6, o6), (r7, o7) = tolerant.video[6], tolerant.video[7]
+    assert r6 == r7 == pytest.approx(o6.due + 0.06) and o7.due == pytest.approx(o6.due + 0.04)
+    st = strict.buf.stats()
+    assert strict.shown()[:11] == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11]
+    assert (st.video_skipped, st.drops) == (1, 1)
+    for s in (tolerant, strict):
+        assert all(released >= out.due - 1e-9 for released, out in s.video), "never before the deadline"
+        await s.stop()
+
+
+# ------------------------------------------------------------------ resync
+
+
+def stalled_producer(s: Session, stall_after_chunk: int, stall: float, chunks: int = 150):
+    """Four frames every 160 ms, a little ahead of real time; from one chunk on, ``stall`` s later."""
+    arrived: dict[int, float] = {}
+
+    async def produce() -> None:
+        for c in range(chunks):
+            await s.clock.sleep_until(T0 + c * 0.16 + (stall if c >= stall_after_chunk else 0.0))
+            for i in range(4 * c, 4 * c + 4):
+                await s.buf.put(frame(i))
+                arrived[i] = s.clock.now()
+
+    return asyncio.create_task(produce()), arrived
+
+
+async def test_engine_stalled_longer_than_max_delay_is_resynced_and_shown_again() -> None:
+    s = Session()
+    producer, arrived = stalled_producer(s, 12, 3.0, chunks=70)  # frames 48.. come 3 s late
+    misses: list[tuple[float, int]] = []
+    delays: list[tuple[float, float]] = []
+    for _ in range(330):
+        await s.clock.run_for(0.05)
+        misses.append((s.clock.now(), s.buf.stats().deadline_misses))
+        delays.append((s.clock.now(), s.buf.stats().delay))
+    producer.cancel()
+    st = s.buf.stats()
+    assert st.resyncs == 1
+    L = 1.48  # the maximum, reached while the engine was stalled
+    assert max(d for _, d in delays) == pytest.approx(L)
+    # Frame 48 came 1.52 s after its deadline (later than max_delay): it was re-based to play L
+    # after its arrival instead of being dropped, and everything after it plays too.
+    shown = s.shown()
+    assert shown[:49] == list(range(49))
+    when = {out.frame_index: released for released, out in s.video if not out.repeated}
+    assert when[48] == pytest.approx(arrived[48] + L)
+    after = [i for i in shown if i >= 48]
+    assert len(after) >= 200 and st.drops == 0
+    assert after[-1] == 279 and len(after) + st.skips == 280 - 48
+    # The wait for frame 48 was an inserted hold (frame 47 on screen, silence), not misses.
+    gap = [out for released, out in s.video if arrived[48] <= released < when[48]]
+    assert gap and all(out.inserted and out.frame_index == 47 for out in gap)
+    resync_holds = st.holds
+    # Misses stopped growing once the engine was back: none after the resync.
+    resynced_at, last_due = arrived[48], when[279]
+    assert len({m for t, m in misses if resynced_at <= t <= last_due}) == 1
+    assert s.buf.stats().holds == resync_holds
+    check_av(s)  # audio shifted with its video: every packet due with its frame, samples intact
+    heard = [out for _, out in s.audio if out.pcm.any() and out.media_sample // SPF >= 48]
+    assert len(heard) == 2 * (280 - 48 - st.skips) and heard[0].due == pytest.approx(when[48])
+    await s.stop()
+
+
+async def test_late_arrivals_at_max_delay_resync_after_a_few() -> None:
+    cfg = PlayoutConfig(max_delay=0.6, resync_after_late=5)
+    s = Session(cfg)
+    producer, arrived = stalled_producer(s, 12, 1.2, chunks=45)  # 1.2 s: late, but less than max_delay
+    await s.clock.run_for(9.5)
+    producer.cancel()
+    st = s.buf.stats()
+    assert st.resyncs == 1 and st.delay == pytest.approx(0.6)
+    # Four late frames are dropped while L is at its maximum; the fifth one in a row resyncs.
+    assert st.drops == 4
+    shown = s.shown()
+    assert [i for i in range(48, 56) if i in shown] == [52, 53, 54, 55]
+    when = {out.frame_index: released for released, out in s.video if not out.repeated}
+    assert when[52] == pytest.approx(arrived[52] + 0.6)
+    after = shown[shown.index(52) :]
+    assert after == sorted(set(after)) and after[-1] == 179
+    assert len(after) + st.skips == 180 - 52, "everything after the resync is shown (or skipped as L shrinks)"
+    check_av(s)
+    await s.stop()
+
+
+async def test_no_resync_while_raising_the_delay_can_still_catch_up() -> None:
+    s = Session()
+    producer, _ = stalled_producer(s, 12, 0.5, chunks=60)
+    await s.clock.run_for(10.0)
+    producer.cancel()
+    st = s.buf.stats()
+    assert st.resyncs == 0 and st.deadline_misses > 0
+    check_av(s)
+    await s.stop()
+
+
+async def test_old_frame_arriving_late_does_not_resync() -> None:
+    s = Session()
+    for i in range(10):
+        s.buf.put_nowait(frame(i))
+    await s.clock.run_for(4.0)
+    s.buf.put_nowait(frame(10))  # 2.1 s late (more than max_delay), the newest: resync
+    assert s.buf.stats().resyncs == 1
+    await s.clock.run_for(0.04)
+    s.buf.put_nowait(frame(3))  # a stale one long gone: just dropped
+    st = s.buf.stats()
+    assert st.resyncs == 1 and st.drops == 1
+    await s.stop()
