@@ -37,8 +37,9 @@ class BadOffer(ValueError):
 class SyncProbe:
     """Measured A/V offset at release: for each track, wall time of release minus the media time
     released, median over the last ``window_s``; audio's minus video's. Playout's own figure is
-    computed from its grid; this one includes event-loop lateness, which the browser hears and
-    sees. Slots playout inserts while raising its delay carry no new media time and are skipped.
+    taken per audio packet against the frame on screen; this one is a windowed median as the
+    tracks' senders see it. Slots playout inserts while raising its delay carry no new media time
+    and are skipped.
     """
 
     def __init__(self, fps: int, packets_per_s: int, window_s: float = 1.0) -> None:
