@@ -90,7 +90,7 @@ async def _stdin_lines() -> asyncio.Queue[str | None]:
 async def run(url: str, lines: Iterable[str] | None, headless: bool, server_token: str | None) -> list[str]:
     """Run the agent; with ``lines`` it answers each in turn (waiting for each answer to play) and returns."""
     said: list[str] = []
-    async with await AvatarSession.create(url, server_token=server_token) as avatar:
+    async with await AvatarSession.create(url, server_token=server_token, barge_in=True) as avatar:
         tasks = [asyncio.create_task(_print_events(avatar))]
         if headless:
             pc = await avatar.connect_media()

@@ -59,7 +59,9 @@ class Settings(BaseModel):
     piper_model: Path | None = Field(None, description="a Piper .onnx voice (with its .onnx.json) to use")
 
     vad: bool = Field(True, description="agent mode: voice activity detection on the user's microphone")
-    barge_in: bool = Field(True, description="agent mode: user speech interrupts the avatar (sessions may override)")
+    barge_in: bool = Field(
+        False, description="agent mode: user speech interrupts the avatar (sessions and the demo page turn it on)"
+    )
     user_audio: bool = Field(False, description="agent mode: user.speech_stopped carries the segment's PCM")
     vad_threshold: float = Field(0.5, gt=0, lt=1, description="speech probability that starts a segment")
     vad_min_silence_ms: int = Field(480, ge=32, description="silence that ends a user speech segment")
