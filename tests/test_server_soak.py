@@ -1,6 +1,6 @@
 """Long-session measurement over WebRTC (``make soak``). ``AVATAR_SOAK_S`` sets the length (default
 120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
-from engine speed).
+from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2).
 
 Reports and checks the serving targets: A/V offset within one frame over the whole session,
 deadline misses at steady state, engine state memory flat, time to first frame.
@@ -12,9 +12,11 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
 import websockets
 from server_helpers import (
     Received,
@@ -28,7 +30,16 @@ from server_helpers import (
     speech_pcm16,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def engine_threads() -> Iterator[None]:
+    """The engine on ``AVATAR_SOAK_THREADS`` torch threads (default 2, as ``avatar serve``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("AVATAR_SOAK_THREADS", "2")))
+    yield
+    torch.set_num_threads(before)
 WARMUP_S = 15.0
 
 
