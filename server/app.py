@@ -27,7 +27,7 @@ from server.control import serve_control
 from server.errors import ApiError
 from server.manager import SessionManager
 from server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from server.presets import DEFAULT_PRESET, preset_pipelines
+from server.presets import preset_pipelines
 from server.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.rtc import BadOffer
 from server.tts import TTSBackend, create_backend
@@ -62,7 +62,9 @@ def create_app(
         backend = speech or await asyncio.to_thread(
             create_backend, settings.tts, base.sample_rate, settings.piper_model
         )
-        manager = SessionManager(settings, preset_pipelines(base), avatar_names(), metrics, DEFAULT_PRESET, backend)
+        manager = SessionManager(
+            settings, preset_pipelines(base), avatar_names(), metrics, settings.default_quality, backend
+        )
         app.state.manager = manager
         manager.start()
         try:

@@ -35,6 +35,7 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--auth-token", "auth_token", {"help": "bearer token required to create sessions"}),
     ("--record-dir", "record_dir", {"help": "folder for sessions created with record=true"}),
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
+    ("--quality", "default_quality", {"choices": ["quality", "fast"], "help": "default preset (default fast)"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
     ("--voice", "voice", {"help": "voice for speak (espeak-ng: en-us; piper: joe)"}),
     ("--tts", "tts", {"choices": ["espeak", "piper"], "help": "built-in TTS backend for speak (default espeak)"}),

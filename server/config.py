@@ -53,6 +53,9 @@ class Settings(BaseModel):
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
     record_dir: Path = Path("recordings")
     default_mode: Mode = "mirror"
+    default_quality: Literal["quality", "fast"] = Field(
+        "fast", description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
+    )
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
     voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
     tts: Literal["espeak", "piper"] = Field("espeak", description="built-in TTS backend for speak")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from engine.pipeline import Pipeline
 
-DEFAULT_PRESET = "quality"
-
 
 def preset_pipelines(base: Pipeline) -> dict[str, Pipeline]:
     """``base`` as loaded, plus its sibling with the other interpolation setting."""

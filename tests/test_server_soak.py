@@ -1,6 +1,7 @@
 """Long-session measurement over WebRTC (``make soak``). ``AVATAR_SOAK_S`` sets the length (default
 120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
-from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2).
+from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2),
+``AVATAR_SOAK_QUALITY`` the preset (quality | fast).
 
 Reports and checks the serving targets: A/V offset within one frame over the whole session,
 deadline misses at steady state, engine state memory flat, time to first frame.
@@ -47,8 +48,9 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     duration = float(os.environ.get("AVATAR_SOAK_S", "120"))
     loopback_only(monkeypatch)
     config = os.environ.get("AVATAR_SOAK_CONFIG", "tiny")
+    options = {"mode": "mirror", "quality": os.environ.get("AVATAR_SOAK_QUALITY", "quality")}
     async with running_server(make_settings(max_sessions=1), config=config) as srv:
-        session = (await srv.http.post("/v1/sessions", json={"mode": "mirror"})).json()
+        session = (await srv.http.post("/v1/sessions", json=options)).json()
         ws = await websockets.connect(
             f"{srv.ws_url}/v1/sessions/{session['session_id']}/control?token={session['token']}"
         )
