@@ -26,7 +26,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def _pipeline(args: argparse.Namespace):  # noqa: ANN202 - Pipeline imported lazily for fast --help
+def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --help stays fast
     from engine.pipeline import Pipeline
 
     if args.steps is not None and not 1 <= args.steps <= 8:

@@ -7,6 +7,8 @@ rate changes gets a fresh resampler.
 
 from __future__ import annotations
 
+from collections import deque
+
 import av
 import numpy as np
 
@@ -66,3 +68,19 @@ def resample_pcm16(pcm: bytes | np.ndarray, sample_rate: int, out_rate: int) -> 
     resampler = Resampler(out_rate)
     head = resampler.push_pcm16(pcm, sample_rate)
     return np.concatenate([head, resampler.flush()])
+
+
+def take_samples(chunks: deque[np.ndarray], n: int) -> np.ndarray:
+    """Pop up to ``n`` samples from the front of a queue of sample arrays (splitting the head)."""
+    parts: list[np.ndarray] = []
+    need = n
+    while need > 0 and chunks:
+        head = chunks[0]
+        if head.size <= need:
+            parts.append(chunks.popleft())
+            need -= head.size
+        else:
+            parts.append(head[:need])
+            chunks[0] = head[need:]
+            need = 0
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
@@ -80,6 +82,25 @@ async def _refuse(ws: WebSocket, code: str, message: str, close: int) -> None:
     await ws.close(code=close, reason=message[:120])
 
 
+async def serve_socket(ws: WebSocket, session: AvatarSession, read: Coroutine[Any, Any, None],
+                       write: Coroutine[Any, Any, None], name: str) -> None:
+    """Run a socket's reader and writer until either ends or the session closes (then say why)."""
+    tasks = [
+        asyncio.create_task(read, name=f"{name}-read"),
+        asyncio.create_task(write, name=f"{name}-write"),
+        asyncio.create_task(session.closed.wait(), name=f"{name}-session-closed"),
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if tasks[2] in done:
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {session.close_reason}")
+
+
 class ControlConnection:
     def __init__(self, ws: WebSocket, session: AvatarSession, max_bytes: int, metrics: ServerMetrics) -> None:
         self.ws = ws
@@ -90,20 +111,7 @@ class ControlConnection:
         self._binary_utterance: str | None = None
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self._read(), name="control-read"),
-            asyncio.create_task(self._write(), name="control-write"),
-            asyncio.create_task(self.session.closed.wait(), name="control-session-closed"),
-        ]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if tasks[2] in done:
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await self.ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}")
+        await serve_socket(self.ws, self.session, self._read(), self._write(), "control")
 
     async def _write(self) -> None:
         if self.session.started.is_set():
@@ -184,20 +192,7 @@ class ObserverConnection:
         self.queue = queue
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self._read(), name="observer-read"),
-            asyncio.create_task(self._write(), name="observer-write"),
-            asyncio.create_task(self.session.closed.wait(), name="observer-session-closed"),
-        ]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if tasks[2] in done:
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await self.ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {self.session.close_reason}")
+        await serve_socket(self.ws, self.session, self._read(), self._write(), "observer")
 
     async def _write(self) -> None:
         while True:

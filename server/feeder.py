@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from server.audio import take_samples
 from server.config import Mode
 from server.speech import Segment, SpeechQueue
 
@@ -50,20 +51,9 @@ class SampleFifo:
                 self.dropped += excess
 
     def take(self, n: int) -> np.ndarray:
-        parts: list[np.ndarray] = []
-        need = n
-        while need > 0 and self._chunks:
-            head = self._chunks[0]
-            if head.size <= need:
-                parts.append(self._chunks.popleft())
-                need -= head.size
-            else:
-                parts.append(head[:need])
-                self._chunks[0] = head[need:]
-                need = 0
-        got = n - need
-        self._size -= got
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        out = take_samples(self._chunks, n)
+        self._size -= out.size
+        return out
 
     def clear(self) -> None:
         self._chunks.clear()

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from server.audio import take_samples
+
 
 class BacklogFull(Exception):
     """Queued speech would exceed the session's cap."""
@@ -52,20 +54,9 @@ class Utterance:
             self.appended += samples.size
 
     def read(self, n: int) -> np.ndarray:
-        parts: list[np.ndarray] = []
-        need = n
-        while need > 0 and self._chunks:
-            head = self._chunks[0]
-            if head.size <= need:
-                parts.append(self._chunks.popleft())
-                need -= head.size
-            else:
-                parts.append(head[:need])
-                self._chunks[0] = head[need:]
-                need = 0
-        got = n - need
-        self.fed += got
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        out = take_samples(self._chunks, n)
+        self.fed += out.size
+        return out
 
 
 @dataclass(frozen=True)

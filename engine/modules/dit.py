@@ -40,10 +40,8 @@ class KVBlock:
 
     def keep_last_frames(self, count: int) -> KVBlock:
         """The tokens of the newest ``count`` latent frames (copied, so older storage is freed)."""
-        if count <= 0:
-            return KVBlock(self.k[:, :, :0].clone(), self.v[:, :, :0].clone(), self.frame[:0].clone())
-        keep = self.frame >= (self.frames()[-count] if len(self.frames()) >= count else -(2**62))
-        idx = keep.nonzero().squeeze(1)
+        keep = torch.tensor(self.frames()[-count:] if count > 0 else [], dtype=torch.long)
+        idx = torch.isin(self.frame, keep).nonzero().squeeze(1)
         return KVBlock(self.k[:, :, idx].contiguous(), self.v[:, :, idx].contiguous(), self.frame[idx].clone())
 
     @staticmethod

@@ -77,4 +77,4 @@ class AudioToVideo:
             new_history = None
             if plan.kind == "N":
                 new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history)
-        return A2VOutput(out.cpu() if out.device.type != "cpu" else out, new_history)
+        return A2VOutput(out.cpu(), new_history)
