@@ -112,7 +112,8 @@ class Pipeline:
             hr = self.models.encoder.encode_image(x)
             lr = pool_latents(hr, self.config.dit.lr_factor)
             kv = self.models.dit.encode_reference(lr)
-        return ReferenceConditioning(hr.float(), kv)
+            decoder = self.models.decoder.reference(x)
+        return ReferenceConditioning(hr.float(), kv, decoder)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
                      seed: int = 0) -> StreamSession:
@@ -139,7 +140,7 @@ class StreamSession:
         self.pipe = pipeline
         self.seed = seed
         self.audio = AudioBuffer()
-        self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache())
+        self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache(reference.decoder))
         self.finished = False
         self.timings: dict[str, float] = {}
         self.last_chunk = ""

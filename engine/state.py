@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from engine.modules.dit import KVBlock
-from engine.modules.vae import DecoderCache
+from engine.modules.vae import DecoderCache, DecoderReference
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,10 @@ class ReferenceConditioning:
 
     hr_latent: torch.Tensor  # (1, c, H, W), used by super-resolution
     kv: KVBlock  # reference tokens' K/V for every DiT layer
+    decoder: DecoderReference  # the reference image's features for the VAE decoder
 
     def nbytes(self) -> int:
-        return self.hr_latent.numel() * self.hr_latent.element_size() + self.kv.nbytes()
+        return self.hr_latent.numel() * self.hr_latent.element_size() + self.kv.nbytes() + self.decoder.nbytes()
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,7 @@ class MetricsEvent(BaseModel):
     engine_backlog_ms: float
     av_offset_ms: float = Field(description="audio minus video release phase, measured; positive: audio later")
     mic_seconds: float
+    engine_state_bytes: int = Field(description="bytes the engine holds between chunks (flat over a session)")
 
 
 class UserSpeechStarted(BaseModel):

@@ -513,6 +513,7 @@ class AvatarSession:
             engine_backlog_ms=round(max(0, self.feeder.fed - self.generated_samples) * 1000 / self.sample_rate, 1),
             av_offset_ms=round(1000 * (stats.av_offset if self.sync.offset_s is None else self.sync.offset_s), 1),
             mic_seconds=round(self.mic_samples / self.sample_rate, 2),
+            engine_state_bytes=0 if self.engine is None else self.engine.nbytes(),
         )
 
     async def _metrics_loop(self) -> None:

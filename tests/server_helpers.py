@@ -99,6 +99,53 @@ async def running_server(settings: Settings | None = None, config: str = "tiny")
             await asyncio.wait_for(task, 20)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: int = 1,
+                         startup_s: float = 60.0) -> AsyncIterator[Running]:
+    """``avatar serve`` in its own process (as deployed: the client is not sharing its GIL)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = free_port()
+    script = Path(__file__).with_name("serve_loopback.py")
+    cmd = [sys.executable, str(script), "--port", str(port), "--config", config, "--threads", str(threads),
+           "--max-sessions", str(max_sessions), "--log-level", "warning"]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(cmd, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            deadline = time.monotonic() + startup_s
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"avatar serve exited with {proc.returncode}")
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get("/healthz")).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("avatar serve did not come up")
+                await asyncio.sleep(0.2)
+            yield Running(url, None, http)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class SpeechTrack(MediaStreamTrack):
     """A microphone stand-in: int16 mono PCM in 20 ms frames, paced in real time, then silence
     (or the clip again, with ``loop``)."""

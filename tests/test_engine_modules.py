@@ -47,7 +47,8 @@ def module_output(name: str, module: Module, seed: int = 0) -> torch.Tensor:
         if name == "sr":
             return module(torch.randn(2, c, h // lr, w // lr, generator=gen), torch.randn(1, c, h, w, generator=gen))
         if name == "decoder":
-            return module.step(torch.randn(1, 3, c, h, w, generator=gen), module.init_cache())[0]
+            image = torch.rand(1, 3, cfg.vae.height, cfg.vae.width, generator=gen) * 2 - 1
+            return module.step(torch.randn(1, 3, c, h, w, generator=gen), module.init_cache(module.reference(image)))[0]
     raise AssertionError(name)
 
 

@@ -7,7 +7,7 @@ import torch
 from conftest import enliven
 
 from engine.config import get_config
-from engine.modules.vae import DecoderCache, VAEDecoder, VAEEncoder, latent_count, latent_frames
+from engine.modules.vae import DecoderCache, DecoderReference, VAEDecoder, VAEEncoder, latent_count, latent_frames
 from engine.stages.decode_publish import frame_span
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -23,8 +23,19 @@ def latents(dec: VAEDecoder, count: int, seed: int) -> torch.Tensor:
     return 2 * torch.randn(1, count, v.latent_channels, *v.latent_hw, generator=torch.Generator().manual_seed(seed))
 
 
+def reference(dec: VAEDecoder, seed: int = 7) -> DecoderReference:
+    v = dec.config.vae
+    image = torch.rand(1, 3, v.height, v.width, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    with torch.inference_mode():
+        return dec.reference(image)
+
+
+def fresh(dec: VAEDecoder) -> DecoderCache:
+    return dec.init_cache(reference(dec))
+
+
 def decode_in_chunks(dec: VAEDecoder, z: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, list[int]]:
-    cache = dec.init_cache()
+    cache = fresh(dec)
     parts, counts, at = [], [], 0
     with torch.inference_mode():
         for size in sizes:
@@ -48,7 +59,7 @@ def test_streaming_decode_equals_whole_sequence(name: str, sizes: list[int]) -> 
     total = 13
     z = latents(dec, total, seed=1)
     with torch.inference_mode():
-        whole, cache = dec.step(z, dec.init_cache())
+        whole, cache = dec.step(z, fresh(dec))
     v = dec.config.vae
     assert whole.shape == (1, 1 + td * (total - 1), 3, v.height, v.width)
     assert cache.started and whole.std() > 0.01  # not a flat picture
@@ -66,14 +77,14 @@ def test_the_causal_cache_is_what_makes_streaming_exact() -> None:
     dec = decoder("micro", seed=3)
     z = latents(dec, 6, seed=2)
     with torch.inference_mode():
-        whole, _ = dec.step(z, dec.init_cache())
-        first, cache = dec.step(z[:, :3], dec.init_cache())
-        forgetful = DecoderCache(tuple(torch.zeros_like(t) for t in cache.prev), started=True)
+        whole, _ = dec.step(z, fresh(dec))
+        first, cache = dec.step(z[:, :3], fresh(dec))
+        forgetful = DecoderCache(tuple(torch.zeros_like(t) for t in cache.prev), started=True, reference=cache.reference)
         wrong, _ = dec.step(z[:, 3:], forgetful)
         # a later latent never changes frames already decoded (causality)
         changed = z.clone()
         changed[:, 4:] += 1.0
-        again, _ = dec.step(changed, dec.init_cache())
+        again, _ = dec.step(changed, fresh(dec))
     n_first = first.shape[1]
     assert (wrong - whole[:, n_first:]).abs().max() > 1e-3
     end_of_latent3 = latent_frames(3, 4)[1]
@@ -82,9 +93,22 @@ def test_the_causal_cache_is_what_makes_streaming_exact() -> None:
     assert 1 + 4 * 2 == n_first
 
 
+def test_every_frame_sees_the_reference() -> None:
+    """The reference features reach every decoded frame, and only through the cache."""
+    dec = decoder("micro", seed=4)
+    z = latents(dec, 4, seed=5)
+    with torch.inference_mode():
+        a, _ = dec.step(z, dec.init_cache(reference(dec, seed=1)))
+        b, _ = dec.step(z, dec.init_cache(reference(dec, seed=2)))
+        again, _ = dec.step(z, dec.init_cache(reference(dec, seed=1)))
+    assert torch.equal(a, again)
+    per_frame = (a - b).abs().flatten(2).amax(dim=2)[0]
+    assert (per_frame > 1e-3).all(), per_frame
+
+
 def test_decoder_cache_size_is_fixed() -> None:
     dec = decoder("micro")
-    cache = dec.init_cache()
+    cache = fresh(dec)
     size = cache.nbytes()
     with torch.inference_mode():
         for n in (1, 3, 7):

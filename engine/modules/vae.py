@@ -19,9 +19,24 @@ from engine.config import EngineConfig
 from engine.modules.base import Module
 
 
-def norm(ch: int) -> nn.GroupNorm:
-    """Per-frame group norm: keeps activations well scaled so small models train fast."""
-    return nn.GroupNorm(min(8, ch // 4) or 1, ch)
+class ChannelNorm(nn.Module):
+    """RMS norm over channels at each pixel.
+
+    Keeps activations well scaled so small models train fast, and, unlike a norm over
+    space, gives the same result on a crop as on the whole frame, so the autoencoder can
+    train on crops and run on full frames.
+    """
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + 1e-6) * self.weight[:, None, None]
+
+
+def norm(ch: int) -> ChannelNorm:
+    return ChannelNorm(ch)
 
 
 class ResBlock(nn.Module):
@@ -50,14 +65,30 @@ class CausalTimeMix(nn.Module):
 
 
 @dataclass(frozen=True)
+class DecoderReference:
+    """The reference image's features, computed once per session: appearance detail
+    (hair, background, skin) the latents need not carry, at the latent resolution
+    (``low``) and at the decoder's last resolution (``high``)."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.low, self.high))
+
+
+@dataclass(frozen=True)
 class DecoderCache:
     """What the streaming decoder carries between chunks: one frame of features per
-    causal layer and whether the stream's first latent has been decoded."""
+    causal layer, whether the stream's first latent has been decoded, and the session's
+    (static) reference features."""
 
     prev: tuple[torch.Tensor, ...]
     started: bool
+    reference: DecoderReference
 
     def nbytes(self) -> int:
+        """Bytes carried from chunk to chunk (the reference is counted where it is owned)."""
         return sum(t.numel() * t.element_size() for t in self.prev)
 
 
@@ -125,7 +156,11 @@ class VAEEncoder(Module):
 
 
 class VAEDecoder(Module):
-    """Streaming causal decoder: ``frames, cache = decoder.step(latents, cache)``."""
+    """Streaming causal decoder: ``frames, cache = decoder.step(latents, cache)``.
+
+    It also sees the session's reference image (through ``init_cache``), so identity
+    detail comes from the reference in every frame and cannot drift.
+    """
 
     kind = "vae_decoder"
 
@@ -144,18 +179,36 @@ class VAEDecoder(Module):
         self.ups = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(ch[:-1], ch[1:], strict=True))
         self.up_norms = nn.ModuleList(norm(b) for b in ch[1:])
         self.out = nn.Conv2d(ch[-1], 3 * self.ps * self.ps, 3, padding=1)
+        ref: list[nn.Module] = [nn.Conv2d(3, ch[-1], 3, padding=1), nn.SiLU()]
+        for _ in range(self.ps.bit_length() - 1):
+            ref += [nn.Conv2d(ch[-1], ch[-1], 3, stride=2, padding=1), norm(ch[-1]), nn.SiLU()]
+        self.ref_high = nn.Sequential(*ref, nn.Conv2d(ch[-1], ch[-1], 3, padding=1))
+        self.ref_low = nn.Conv2d(ch[-1], ch[0], 1)
+        self.mix_low = nn.Conv2d(2 * ch[0], ch[0], 1)
+        self.mix_high = nn.Conv2d(2 * ch[-1], ch[-1], 3, padding=1)
         add_latent_stats(self, v.latent_channels)
 
-    def init_cache(self, batch: int = 1, latent_hw: tuple[int, int] | None = None) -> DecoderCache:
-        h, w = latent_hw or self.config.vae.latent_hw
-        zeros = torch.zeros(batch, self.config.vae.dec_channels[0], h, w, device=self.device, dtype=self.dtype)
-        return DecoderCache(prev=(zeros, zeros.clone()), started=False)
+    def reference(self, image: torch.Tensor) -> DecoderReference:
+        """(B, 3, H, W) in [-1, 1] -> the reference features ``step`` mixes into every frame."""
+        if 1 << (self.ps.bit_length() - 1) != self.ps:
+            raise ValueError("the decoder's last up-sampling factor must be a power of two")
+        high = self.ref_high(image.to(self.device, self.dtype))
+        low = self.ref_low(F.avg_pool2d(high, self.config.vae.spatial_down // self.ps))
+        return DecoderReference(low=low, high=high)
+
+    def init_cache(self, reference: DecoderReference) -> DecoderCache:
+        b, _, h, w = reference.low.shape
+        zeros = torch.zeros(b, self.config.vae.dec_channels[0], h, w, device=self.device, dtype=self.dtype)
+        return DecoderCache(prev=(zeros, zeros.clone()), started=False, reference=reference)
 
     def step(self, z: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
         """z (B, F, c, h, w) -> frames (B, n, 3, H, W) in [-1, 1] and the new cache."""
         b, f, c, h, w = z.shape
         z = z.to(self.dtype) * self.latent_scale[:, None, None] + self.latent_shift[:, None, None]
-        x = self.conv_in(z.reshape(b * f, c, h, w)).reshape(b, f, -1, h, w)
+        x = self.conv_in(z.reshape(b * f, c, h, w))
+        ref = cache.reference
+        x = x + self.mix_low(torch.cat([x, ref.low.repeat_interleave(f, 0)], dim=1))
+        x = x.reshape(b, f, -1, h, w)
         x, p1 = self.time1(x, cache.prev[0])
         x = self.res(x.reshape(b * f, -1, h, w)).reshape(b, f, -1, h, w)
         x, p2 = self.time2(x, cache.prev[1])
@@ -169,5 +222,7 @@ class VAEDecoder(Module):
         y = F.silu(y)
         for conv, gn in zip(self.ups, self.up_norms, strict=True):
             y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
+        high = ref.high.repeat_interleave(n, 0).contiguous(memory_format=torch.channels_last)
+        y = y + F.silu(self.mix_high(torch.cat([y, high], dim=1)))
         y = F.pixel_shuffle(self.out(y).contiguous(), self.ps).clamp(-1, 1)
-        return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True)
+        return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True, reference=ref)

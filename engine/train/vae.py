@@ -10,35 +10,47 @@ import torch
 from tqdm import tqdm
 
 from engine.modules.vae import VAEDecoder, VAEEncoder
-from engine.train.data import Clip, to_tensor
+from engine.eval.probe import CROP
+from engine.train.data import Clip, reference_tensor, to_tensor
 
 
 def random_window(clips: list[Clip], rng: np.random.Generator, latents: int, size: int,
-                  temporal_down: int) -> torch.Tensor:
-    """A random run of ``1 + (latents - 1) * T`` rendered frames from a random clip."""
+                  temporal_down: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random run of ``1 + (latents - 1) * T`` rendered frames from a random clip, and
+    that clip's reference image."""
     n = 1 + (latents - 1) * temporal_down
     clip = clips[int(rng.integers(len(clips)))]
     lo = int(rng.integers(0, clip.num_frames - n + 1))
-    return to_tensor(clip.frames(lo, lo + n, size))
+    return to_tensor(clip.frames(lo, lo + n, size)), reference_tensor(clip.identity, size)[0]
 
 
-def random_crop(video: torch.Tensor, crop: int, multiple: int, rng: np.random.Generator) -> torch.Tensor:
-    """A crop aligned to the latent grid (the autoencoder is fully convolutional)."""
-    h, w = video.shape[-2:]
-    crop = min(crop, h, w)
-    y = int(rng.integers(0, (h - crop) // multiple + 1)) * multiple
-    x = int(rng.integers(0, (w - crop) // multiple + 1)) * multiple
-    return video[..., y:y + crop, x:x + crop]
+def mouth_weight(size: int, extra: float) -> torch.Tensor:
+    """Per-pixel loss weight: 1, plus ``extra`` over the mouth region the lip-sync probe reads."""
+    t, b, left, r = (round(f * size) for f in CROP)
+    w = torch.ones(size, size)
+    w[t:b, left:r] += extra
+    return w
+
+
+def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator) -> tuple[int, int, int]:
+    """A crop aligned to the latent grid (the autoencoder is fully convolutional and its
+    norms are per pixel, so crops train the same weights full frames use)."""
+    crop = min(crop, size)
+    y = int(rng.integers(0, (size - crop) // multiple + 1)) * multiple
+    x = int(rng.integers(0, (size - crop) // multiple + 1)) * multiple
+    return y, x, crop
 
 
 def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps: int, seed: int,
-              batch: int = 4, latents: int = 3, lr: float = 5e-3, latent_noise: float = 0.05,
-              latent_penalty: float = 1e-4, crop: int = 128) -> list[float]:
-    """Trains on grid-aligned crops to spend the CPU on more steps rather than more pixels."""
+              batch: int = 4, latents: int = 3, lr: float = 3e-3, latent_noise: float = 0.05,
+              latent_penalty: float = 1e-4, crop: int = 128, mouth_extra: float = 3.0) -> list[float]:
+    """Trains on grid-aligned crops to spend the CPU on more steps rather than more pixels;
+    the mouth region weighs more, since lip sync is read there."""
     v = encoder.config.vae
     size, td = v.height, v.temporal_down
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
+    weight_map = mouth_weight(size, mouth_extra)
     params = list(encoder.parameters()) + list(decoder.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
@@ -47,13 +59,20 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
     losses = []
     bar = tqdm(range(steps), desc="vae", unit="step")
     for _ in bar:
-        video = torch.stack([random_crop(random_window(clips, rng, latents, size, td), crop, v.spatial_down, rng)
-                             for _ in range(batch)])
+        videos, refs, weights = [], [], []
+        for _ in range(batch):
+            video, ref = random_window(clips, rng, latents, size, td)
+            y, x, c = crop_box(size, crop, v.spatial_down, rng)
+            videos.append(video[..., y:y + c, x:x + c])
+            refs.append(ref[..., y:y + c, x:x + c])
+            weights.append(weight_map[y:y + c, x:x + c])
+        video, weight = torch.stack(videos), torch.stack(weights)[:, None, None]
         mean, _ = encoder(video)
         z = mean + latent_noise * mean.detach().std() * torch.randn_like(mean)
-        recon, _ = decoder.step(z, decoder.init_cache(batch, tuple(z.shape[-2:])))
-        rec = (recon - video).abs().mean()
-        loss = rec + (recon - video).pow(2).mean() + latent_penalty * mean.pow(2).mean()
+        recon, _ = decoder.step(z, decoder.init_cache(decoder.reference(torch.stack(refs))))
+        err = recon - video
+        rec = err.abs().mean()
+        loss = ((err.abs() + err.pow(2)) * weight).mean() / weight.mean() + latent_penalty * mean.pow(2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -73,7 +92,7 @@ def set_latent_stats(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip]
     encoder.latent_shift.zero_()
     encoder.latent_scale.fill_(1.0)
     v = encoder.config.vae
-    samples = [encoder(random_window(clips, rng, 5, v.height, v.temporal_down)[None])[0] for _ in range(16)]
+    samples = [encoder(random_window(clips, rng, 5, v.height, v.temporal_down)[0][None])[0] for _ in range(16)]
     z = torch.cat(samples, dim=1).transpose(0, 2).flatten(1)  # (c, N)
     shift, scale = z.mean(1), z.std(1).clamp_min(1e-3)
     for m in (encoder, decoder):
