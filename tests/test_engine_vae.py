@@ -79,7 +79,8 @@ def test_the_causal_cache_is_what_makes_streaming_exact() -> None:
     with torch.inference_mode():
         whole, _ = dec.step(z, fresh(dec))
         first, cache = dec.step(z[:, :3], fresh(dec))
-        forgetful = DecoderCache(tuple(torch.zeros_like(t) for t in cache.prev), started=True, reference=cache.reference)
+        zeros = tuple(torch.zeros_like(t) for t in cache.prev)
+        forgetful = DecoderCache(zeros, started=True, reference=cache.reference)
         wrong, _ = dec.step(z[:, 3:], forgetful)
         # a later latent never changes frames already decoded (causality)
         changed = z.clone()

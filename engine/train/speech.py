@@ -1,12 +1,16 @@
-"""Offline speech for training data: espeak-ng voices, rates and pitches on generated
-sentences, with pauses and light distractors (noise, tones)."""
+"""Offline speech for training data: espeak-ng voices, rates and pitches and the Piper
+``joe`` voice at several speeds (when installed), on generated sentences, with pauses and
+light distractors (noise, tones)."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 
 import numpy as np
+
+from engine.media import piper
 
 WORDS = (
     "the a an and but so we you they it this that there here now then today tomorrow always never "
@@ -48,11 +52,36 @@ def espeak(text: str, voice: str, rate: int, pitch: int, sample_rate: int = 1600
         capture_output=True, check=True,
     ).stdout
     pcm = np.frombuffer(out[44:], dtype=np.int16).astype(np.float32) / 32768.0
-    src_rate = int.from_bytes(out[24:28], "little")
-    if src_rate != sample_rate and pcm.size:
-        n = int(round(pcm.size * sample_rate / src_rate))
-        pcm = np.interp(np.arange(n) * src_rate / sample_rate, np.arange(pcm.size), pcm).astype(np.float32)
-    return pcm
+    return resample(pcm, int.from_bytes(out[24:28], "little"), sample_rate)
+
+
+def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
+    """Linear resampling: plenty for mel features of training speech."""
+    if src_rate == rate or not pcm.size:
+        return pcm.astype(np.float32)
+    n = int(round(pcm.size * rate / src_rate))
+    return np.interp(np.arange(n) * src_rate / rate, np.arange(pcm.size), pcm).astype(np.float32)
+
+
+PIPER_SHARE = 0.3  # of sentences spoken by Piper when it is installed
+
+
+@functools.cache
+def piper_voice():
+    """The bundled Piper voice (``joe``), loaded once; None when Piper is not installed."""
+    voices = piper.installed_voices() if piper.available() else {}
+    return piper.load_voice(voices["joe"]) if "joe" in voices else None
+
+
+def speak(rng: np.random.Generator, sample_rate: int, voices: tuple[str, ...]) -> np.ndarray:
+    """One generated sentence in a random voice, rate and pitch."""
+    text = sentence(rng)
+    use_piper, voice = rng.random() < PIPER_SHARE, str(rng.choice(voices))
+    rate, pitch, length = int(rng.integers(120, 230)), int(rng.integers(20, 80)), rng.uniform(0.75, 1.4)
+    if use_piper and piper_voice() is not None:
+        pcm, src_rate = piper.synthesize(piper_voice(), text, length_scale=length, deterministic=True)
+        return resample(pcm, src_rate, sample_rate)
+    return espeak(text, voice, rate, pitch, sample_rate)
 
 
 def utterance(rng: np.random.Generator, sample_rate: int = 16000, voices: tuple[str, ...] = VOICES,
@@ -63,9 +92,7 @@ def utterance(rng: np.random.Generator, sample_rate: int = 16000, voices: tuple[
     target = int(seconds * sample_rate)
     while total < target:
         gap = np.zeros(int(rng.uniform(0.05, 1.2) * sample_rate), dtype=np.float32)
-        voice = str(rng.choice(voices))
-        speech = espeak(sentence(rng), voice, int(rng.integers(120, 230)), int(rng.integers(20, 80)), sample_rate)
-        speech *= rng.uniform(0.4, 1.2)
+        speech = speak(rng, sample_rate, voices) * rng.uniform(0.4, 1.2)
         parts += [gap, speech]
         total += gap.size + speech.size
     pcm = np.concatenate(parts)[:target]

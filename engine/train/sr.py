@@ -11,6 +11,14 @@ from engine.modules.super_resolution import SuperResolution, pool_latents
 from engine.train.latents import LatentSet
 
 
+def sr_loss(sr: SuperResolution, target: torch.Tensor, ref: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """MSE of the full latents ``target`` (N, c, H, W) rebuilt from their pooled, noised version."""
+    n = target.shape[0]
+    lr_in = pool_latents(target, sr.factor)
+    lr_in = lr_in + 0.1 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(lr_in.shape, generator=gen)
+    return (sr(lr_in, ref) - target).pow(2).mean()
+
+
 def train_sr(sr: SuperResolution, data: LatentSet, steps: int, seed: int, batch: int = 32,
              lr: float = 1e-3) -> list[float]:
     rng = np.random.default_rng(seed)
@@ -26,10 +34,7 @@ def train_sr(sr: SuperResolution, data: LatentSet, steps: int, seed: int, batch:
             clip = data.clips[int(rng.integers(len(data.clips)))]
             hr.append(clip.hr[int(rng.integers(clip.hr.shape[0]))])
             refs.append(clip.ref_hr)
-        target, ref = torch.stack(hr), torch.stack(refs)
-        lr_in = pool_latents(target, sr.factor)
-        lr_in = lr_in + 0.1 * torch.rand(batch, 1, 1, 1, generator=gen) * torch.randn(lr_in.shape, generator=gen)
-        loss = (sr(lr_in, ref) - target).pow(2).mean()
+        loss = sr_loss(sr, torch.stack(hr), torch.stack(refs), gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

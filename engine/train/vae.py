@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from engine.modules.vae import VAEDecoder, VAEEncoder
 from engine.eval.probe import CROP
+from engine.modules.vae import VAEDecoder, VAEEncoder
 from engine.train.data import Clip, reference_tensor, to_tensor
 
 
@@ -41,6 +41,21 @@ def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator) -> t
     return y, x, crop
 
 
+def vae_loss(encoder: VAEEncoder, decoder: VAEDecoder, video: torch.Tensor, ref: torch.Tensor,
+             weight: torch.Tensor, latent_noise: float = 0.05,
+             latent_penalty: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted L1 + MSE reconstruction from slightly noised latents -> (loss, plain L1).
+
+    video (B, T, 3, h, w), ref (B, 3, h, w) the identity's reference, weight (B, 1, 1, h, w).
+    """
+    mean, _ = encoder(video)
+    z = mean + latent_noise * mean.detach().std() * torch.randn_like(mean)
+    recon, _ = decoder.step(z, decoder.init_cache(decoder.reference(ref)))
+    err = recon - video
+    loss = ((err.abs() + err.pow(2)) * weight).mean() / weight.mean() + latent_penalty * mean.pow(2).mean()
+    return loss, err.abs().mean()
+
+
 def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps: int, seed: int,
               batch: int = 4, latents: int = 3, lr: float = 3e-3, latent_noise: float = 0.05,
               latent_penalty: float = 1e-4, crop: int = 128, mouth_extra: float = 3.0) -> list[float]:
@@ -66,13 +81,8 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
             videos.append(video[..., y:y + c, x:x + c])
             refs.append(ref[..., y:y + c, x:x + c])
             weights.append(weight_map[y:y + c, x:x + c])
-        video, weight = torch.stack(videos), torch.stack(weights)[:, None, None]
-        mean, _ = encoder(video)
-        z = mean + latent_noise * mean.detach().std() * torch.randn_like(mean)
-        recon, _ = decoder.step(z, decoder.init_cache(decoder.reference(torch.stack(refs))))
-        err = recon - video
-        rec = err.abs().mean()
-        loss = ((err.abs() + err.pow(2)) * weight).mean() / weight.mean() + latent_penalty * mean.pow(2).mean()
+        loss, rec = vae_loss(encoder, decoder, torch.stack(videos), torch.stack(refs),
+                             torch.stack(weights)[:, None, None], latent_noise, latent_penalty)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
