@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from engine.pipeline import Pipeline
+from engine.puppet.engine import PuppetPipeline
 
 
 def rss_bytes() -> int:
@@ -76,11 +77,11 @@ class BenchResult:
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
 
-def run_bench(pipe: Pipeline, seconds: float | None = None, chunks: int | None = None,
+def run_bench(pipe: Pipeline | PuppetPipeline, seconds: float | None = None, chunks: int | None = None,
               checkpoints: tuple[int, ...] = (), progress: bool = True) -> BenchResult:
     cfg = pipe.config
     if chunks is not None:
-        frames_needed = chunks * cfg.schedule.chunk * cfg.vae.temporal_down
+        frames_needed = chunks * pipe.frames_per_chunk
         seconds = frames_needed / cfg.fps + 0.2
     seconds = seconds or 60.0
     pcm = speech_like(seconds, pipe.sample_rate)
@@ -103,7 +104,7 @@ def run_bench(pipe: Pipeline, seconds: float | None = None, chunks: int | None =
     held_start = rss_start = None
     points: list[Checkpoint] = []
     want = sorted(checkpoints)
-    n_audio_needed = pipe.context_gen.audio_span(pipe.schedule.n_chunk(0).span).samples[1] / pipe.sample_rate
+    n_audio_needed = pipe.first_chunk_samples / pipe.sample_rate
     bar = None
     if progress:
         from tqdm import tqdm
@@ -122,7 +123,7 @@ def run_bench(pipe: Pipeline, seconds: float | None = None, chunks: int | None =
         frames += len(out)
         if bar is not None:
             bar.update(len(out))
-        done = session.state.counters.chunks
+        done = session.chunks_run
         if want and done >= want[0] and out:
             want.pop(0)
             elapsed = time.perf_counter() - t_start
@@ -136,7 +137,7 @@ def run_bench(pipe: Pipeline, seconds: float | None = None, chunks: int | None =
     return BenchResult(
         config=cfg.name, device=pipe.device, size=f"{w}x{h}", steps=pipe.steps, interp=cfg.schedule.interp,
         threads=torch.get_num_threads(), audio_seconds=round(seconds, 3), frames=frames,
-        chunks=session.state.counters.chunks, wall_s=wall, reference_s=reference_s,
+        chunks=session.chunks_run, wall_s=wall, reference_s=reference_s,
         first_frame_s=first_frame or float("nan"), first_frame_live_s=first_live or float("nan"),
         fps=fps, rtf=fps / cfg.fps,
         stage_ms={k: {n: float(np.mean(v)) for n, v in d.items()} for k, d in stage.items() if d},

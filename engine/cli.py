@@ -48,18 +48,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     image = load_image(args.image) if args.image else None
     pipe = _pipeline(args)
     pcm = load_audio(args.audio, pipe.sample_rate)
-    if image is None:
-        from engine.avatars import avatar_image
-
-        try:
-            image = avatar_image(args.avatar, pipe.frame_size)
-        except KeyError as exc:
-            raise CliError(str(exc).strip("'\"")) from None
+    try:  # the session opens here: an unknown avatar, or an image the engine cannot use, fails now
+        frames = pipe.render(pcm, avatar=args.avatar, image=image, seed=args.seed)
+    except (KeyError, ValueError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
     total = math.ceil(pcm.size / pipe.config.samples_per_frame)
     h, w = pipe.frame_size
     with Mp4Writer(args.out, w, h, pipe.fps, pipe.sample_rate) as writer:
         with tqdm(total=total, unit="frame", desc="render", disable=args.quiet) as bar:
-            for frame in pipe.render(pcm, image=image, seed=args.seed):
+            for frame in frames:
                 writer.write(frame)
                 bar.update(1)
     if not args.quiet:

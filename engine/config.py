@@ -2,7 +2,8 @@
 
 A config fixes every shape in the engine: output size, VAE compression, DiT width and
 depth, chunk schedule and sampler. ``tiny`` is the CPU real-time default; ``large`` is
-shaped like a 1.3B video DiT for GPU benchmarks.
+shaped like a 1.3B video DiT for GPU benchmarks; ``puppet`` is the procedural renderer,
+the ground truth the learned configs are measured against.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class EngineConfig:
         return cls(**raw)
 
 
+PUPPET = "puppet"  # the config name that selects the procedural engine instead of the learned one
+
 CONFIGS: dict[str, EngineConfig] = {
     "tiny": EngineConfig(name="tiny"),
     "large": EngineConfig(
@@ -160,7 +163,28 @@ CONFIGS: dict[str, EngineConfig] = {
         schedule=ScheduleConfig(chunk=3, seam=1, anchor=1),
         steps=2,
     ),
+    # The procedural renderer as an engine (engine.puppet.engine): 256x256 at 25 fps, no I
+    # chunks; it has no model, so the VAE/DiT/sampler fields are unused.
+    PUPPET: EngineConfig(name=PUPPET, schedule=ScheduleConfig(interp=False)),
 }
+
+
+class ConfiguredEngine:
+    """What every engine (learned or procedural) tells its callers about its output."""
+
+    config: EngineConfig
+
+    @property
+    def fps(self) -> int:
+        return self.config.fps
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.audio.sample_rate
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        return self.config.vae.height, self.config.vae.width
 
 
 def get_config(name: str) -> EngineConfig:

@@ -1,9 +1,13 @@
-"""What the engine hands to its consumers: one video frame with the audio that drove it."""
+"""What the engine hands to its consumers: one video frame with the audio that drove it,
+and the two ways of taking a session's frames (all at once, or as they become final)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 
@@ -32,3 +36,30 @@ class PublishedFrame:
     @property
     def sample_index(self) -> int:
         return self.index * self.sample_rate // self.fps
+
+
+class FrameSource(Protocol):
+    """A streaming session as its consumers drive it (``engine.pipeline.StreamSession``,
+    ``engine.puppet.engine.PuppetSession``)."""
+
+    finished: bool
+
+    def ready(self) -> bool: ...
+
+    def step(self) -> list[PublishedFrame]: ...
+
+
+def drain(session: FrameSource) -> Iterator[PublishedFrame]:
+    """Every remaining frame of a session whose input is closed, as each step finishes them."""
+    while not session.finished:
+        yield from session.step()
+
+
+async def stream_frames(session: FrameSource) -> AsyncIterator[PublishedFrame]:
+    """Async streaming: yields frames as steps finish; compute runs in a worker thread."""
+    while not session.finished:
+        if not session.ready():
+            await asyncio.sleep(0.005)
+            continue
+        for frame in await asyncio.to_thread(session.step):
+            yield frame

@@ -4,21 +4,23 @@ Streaming: ``session.feed(pcm)`` as audio arrives, ``session.step()`` (off the e
 loop) runs the next scheduled chunk once its audio (lookahead included) is in and
 returns the frames that became final. Batch: ``pipeline.render(pcm)`` does the same
 over a whole file. Weights are loaded once per pipeline and shared by its sessions.
+``Pipeline.from_config("puppet")`` gives the procedural engine (``engine.puppet.engine``)
+behind the same surface.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.config import EngineConfig, get_config
-from engine.frames import PublishedFrame
+from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
+from engine.frames import PublishedFrame, drain, stream_frames
 from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
 from engine.modules.super_resolution import pool_latents
 from engine.modules.vae import latent_count, latent_frames
@@ -28,6 +30,9 @@ from engine.stages.context_gen import ContextGen, ContextRequest
 from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
+
+if TYPE_CHECKING:
+    from engine.puppet.engine import PuppetPipeline
 
 
 def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
@@ -52,7 +57,7 @@ def chunk_seed(seed: int, plan: ChunkPlan) -> int:
     return (seed * 1_000_003 + plan.index * 2 + (plan.kind == "I")) % (2**63 - 1)
 
 
-class Pipeline:
+class Pipeline(ConfiguredEngine):
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
                  steps: int | None = None) -> None:
         self.config = config
@@ -71,10 +76,16 @@ class Pipeline:
         cls, name: str | EngineConfig = "tiny", device: str = "cpu", steps: int | None = None,
         interp: bool = True, weights: str | Path | None = None, threads: int | None = None,
         dtype: str | None = None, seed: int = 0,
-    ) -> Pipeline:
+    ) -> Pipeline | PuppetPipeline:
         """Build a pipeline; weights come from ``weights`` (a folder), else the bundled
-        ``engine/weights/<config>/``, else a fixed seed."""
+        ``engine/weights/<config>/``, else a fixed seed. The ``puppet`` config gives the
+        procedural engine: it has no model, so ``interp``, ``threads`` and ``seed`` (which
+        callers always pass) are ignored, and ``PuppetPipeline.from_config`` refuses the rest."""
         config = get_config(name) if isinstance(name, str) else name
+        if config.name == PUPPET:
+            from engine.puppet.engine import PuppetPipeline
+
+            return PuppetPipeline.from_config(config, device=device, steps=steps, weights=weights, dtype=dtype)
         config = config.with_schedule(interp=interp)
         if dtype is not None:
             config = config.replace(dtype=dtype)
@@ -94,16 +105,22 @@ class Pipeline:
         return pipe
 
     @property
-    def fps(self) -> int:
-        return self.config.fps
+    def frames_per_chunk(self) -> int:
+        """Video frames one N chunk adds (the very first chunk has one more)."""
+        return self.config.schedule.chunk * self.config.vae.temporal_down
 
     @property
-    def sample_rate(self) -> int:
-        return self.config.audio.sample_rate
+    def first_chunk_samples(self) -> int:
+        """Audio samples the first chunk needs, its lookahead included, before it can run."""
+        return self.context_gen.audio_span(self.schedule.n_chunk(0).span).samples[1]
 
-    @property
-    def frame_size(self) -> tuple[int, int]:
-        return self.config.vae.height, self.config.vae.width
+    def with_interp(self, interp: bool) -> Pipeline:
+        """The same loaded models with I chunks switched on or off (nothing is reloaded)."""
+        if interp == self.config.schedule.interp:
+            return self
+        pipe = Pipeline(self.config.with_schedule(interp=interp), self.models, self.device, self.steps)
+        pipe.weights_loaded = self.weights_loaded
+        return pipe
 
     def reference(self, image: np.ndarray) -> ReferenceConditioning:
         """Encode the avatar's reference image once per session."""
@@ -125,12 +142,12 @@ class Pipeline:
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
                seed: int = 0) -> Iterator[PublishedFrame]:
-        """Batch mode: the whole audio at once, frames as each chunk is done."""
+        """Batch mode: the whole audio at once, frames as each chunk is done. The session
+        opens here, so a bad avatar or image fails at the call, not at the first frame."""
         session = self.open_session(avatar, image, seed)
         session.feed(pcm)
         session.close_input()
-        while not session.finished:
-            yield from session.step()
+        return drain(session)
 
 
 class StreamSession:
@@ -175,6 +192,10 @@ class StreamSession:
         plan = self.pipe.schedule.n_chunk(c.next_n)
         needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
         return plan if self.audio.closed or self.audio.total >= needed else None
+
+    @property
+    def chunks_run(self) -> int:
+        return self.state.counters.chunks
 
     def ready(self) -> bool:
         if self.finished:
@@ -281,11 +302,6 @@ class StreamSession:
         """Bytes of tensors and audio held between chunks."""
         return self.state.nbytes() + self.audio.nbytes()
 
-    async def frames(self) -> AsyncIterator[PublishedFrame]:
+    def frames(self) -> AsyncIterator[PublishedFrame]:
         """Async streaming: yields frames as chunks finish; compute runs in a worker thread."""
-        while not self.finished:
-            if not self.ready():
-                await asyncio.sleep(0.005)
-                continue
-            for frame in await asyncio.to_thread(self.step):
-                yield frame
+        return stream_frames(self)

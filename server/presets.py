@@ -12,8 +12,6 @@ from engine.pipeline import Pipeline
 def preset_pipelines(base: Pipeline) -> dict[str, Pipeline]:
     """``base`` as loaded, plus its sibling with the other interpolation setting."""
     interp = base.config.schedule.interp
-    sibling = Pipeline(
-        base.config.with_schedule(interp=not interp), base.models, base.device, steps=base.steps
-    )
+    sibling = base.with_interp(not interp)
     with_interp, without = (base, sibling) if interp else (sibling, base)
     return {"quality": with_interp, "fast": without}

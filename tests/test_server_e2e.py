@@ -213,3 +213,26 @@ async def test_peer_that_never_completes_ice_is_freed(monkeypatch):
         text = (await srv.http.get("/metrics")).text
         assert 'avatar_sessions_closed_total{reason="connect_timeout"} 1.0' in text
         await pc.close()
+
+
+async def test_puppet_config_serves_the_procedural_avatar(monkeypatch):
+    """``avatar serve --config puppet``: the renderer as the engine, same API and media path."""
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(), config="puppet") as srv:
+        for quality in ("quality", "fast"):
+            res = await srv.http.post("/v1/sessions", json={"mode": "mirror", "quality": quality})
+            assert res.status_code == 201, res.text
+            session = res.json()
+            pc = await connect_client(srv, session, SpeechTrack(speech_pcm16()))
+            video, stop = Received("video"), asyncio.Event()
+            track = next(r.track for r in pc.getReceivers() if r.track.kind == "video")
+            reader = asyncio.create_task(collect(track, video, stop))
+            await wait_until(lambda video=video: len(video.pts) >= 25, timeout_s=20)
+            stop.set()
+            assert set(video.shapes) == {(256, 256)}
+            steps = np.diff(video.pts)
+            assert (steps > 0).all() and (steps % (VIDEO_CLOCK // 25) == 0).all()  # on the 25 fps grid
+            await srv.http.delete(f"/v1/sessions/{session['session_id']}",
+                                  headers={"Authorization": f"Bearer {session['token']}"})
+            await pc.close()
+            await asyncio.gather(reader, return_exceptions=True)

@@ -6,6 +6,11 @@ identity's neutral reference image; both videos are then scored with ``metrics``
 same clips run again with I chunks off. A long run (``long_minutes`` of held-out speech,
 streamed through one session) measures identity drift between its first and last window.
 The command-line front end is ``engine.eval.cli``.
+
+The puppet engine (``--config puppet``) is scored the same way as a baseline: it draws the
+held-out identity itself (it takes no reference image) with its own seed, so its lip sync
+is what a perfect engine scores, and its PSNR/SSIM what an engine scores whose blinks and
+head motion are plausible but not the ground truth's.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from engine.eval.material import Clip, make_clip, silence, utterance
 from engine.eval.probe import measure_openness
 from engine.frames import PublishedFrame
 from engine.pipeline import Pipeline
-from engine.puppet import face_track_from_audio, openness_series, reference_image, render_video
+from engine.puppet import Identity, face_track_from_audio, openness_series, reference_image, render_video
+from engine.puppet.engine import PuppetPipeline
 
 THRESHOLDS = {  # issue 4, "Evaluation"
     "lip_sync_r_min": 0.8,
@@ -50,9 +56,15 @@ def square_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     return frames[:, y : y + height, x : x + width]
 
 
-def generate(pipeline: Pipeline, clip: Clip, reference: np.ndarray, seed: int) -> Rendered:
+def subject(pipeline: Pipeline | PuppetPipeline, identity: Identity, reference: np.ndarray) -> dict[str, Any]:
+    """Who to draw, as the pipeline takes it: learned engines see the identity only through
+    its reference image; the puppet draws the identity itself."""
+    return {"avatar": identity} if isinstance(pipeline, PuppetPipeline) else {"image": reference}
+
+
+def generate(pipeline: Pipeline | PuppetPipeline, clip: Clip, reference: np.ndarray, seed: int) -> Rendered:
     t0 = time.perf_counter()
-    out = list(pipeline.render(clip.pcm, image=reference, seed=seed))
+    out = list(pipeline.render(clip.pcm, **subject(pipeline, clip.identity, reference), seed=seed))
     return Rendered(np.stack([f.rgb for f in out]), [f.chunk for f in out], time.perf_counter() - t0)
 
 
@@ -85,7 +97,7 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def evaluate_clips(pipelines: dict[str, Pipeline], clips: list[Clip], seed: int = 0,
+def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[Clip], seed: int = 0,
                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Score each pipeline (by label, e.g. interp / no_interp) on every clip against the renderer."""
     first = next(iter(pipelines.values()))
@@ -169,7 +181,7 @@ class _WindowScorer:
         return len(frames)
 
 
-def evaluate_long(pipeline: Pipeline, clip: Clip, minutes: float, seed: int = 0,
+def evaluate_long(pipeline: Pipeline | PuppetPipeline, clip: Clip, minutes: float, seed: int = 0,
                   progress: bool = True) -> dict[str, Any]:
     """Stream ``minutes`` of speech through one session; score the first and last windows
     (one minute each, or a quarter of the run if it is shorter than four minutes)."""
@@ -183,7 +195,7 @@ def evaluate_long(pipeline: Pipeline, clip: Clip, minutes: float, seed: int = 0,
     scorer = _WindowScorer(reference, window, total_frames - window)
     truth: list[np.ndarray] = []
     t0 = time.perf_counter()
-    session = pipeline.open_session(image=reference, seed=seed)
+    session = pipeline.open_session(**subject(pipeline, clip.identity, reference), seed=seed)
     fed = 0
     with tqdm(total=total_frames, unit="frame", desc="long run", disable=not progress) as bar:
         for pcm, gt in long_audio(minutes, pipeline.sample_rate, fps, seed):
@@ -215,19 +227,18 @@ def evaluate_long(pipeline: Pipeline, clip: Clip, minutes: float, seed: int = 0,
     }
 
 
-def evaluate(pipeline: Pipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
-             no_interp: Pipeline | None = None, progress: bool = True) -> dict[str, Any]:
+def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
+             no_interp: Pipeline | PuppetPipeline | None = None, progress: bool = True) -> dict[str, Any]:
     """All of issue 4's evaluation for one pipeline, as a JSON-able dict (see ``format_table``).
 
-    ``no_interp`` defaults to the same models with I chunks switched off; ``long_minutes=0``
-    skips the long run.
+    ``no_interp`` defaults to the same models with I chunks switched off; a pipeline without
+    I chunks (the puppet's config has none) is scored once, as ``no_interp``.
+    ``long_minutes=0`` skips the long run.
     """
     log = print if progress else (lambda _: None)
-    if no_interp is None:
-        config = pipeline.config.with_schedule(interp=False)
-        no_interp = Pipeline(config, pipeline.models, pipeline.device, pipeline.steps)
+    pipes: dict[str, Pipeline | PuppetPipeline]
     if pipeline.config.schedule.interp:
-        pipes = {"interp": pipeline, "no_interp": no_interp}
+        pipes = {"interp": pipeline, "no_interp": no_interp or pipeline.with_interp(False)}
     else:
         pipes = {"no_interp": pipeline}
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]

@@ -44,6 +44,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from engine.models import ModelSet
     from engine.train.data import make_clip
     from engine.train.latents import build_latent_set, load_latent_set, save_latent_set
+    from engine.train.speech import PIPER_SHARE, VOICES, piper_voice
 
     torch.set_num_threads(args.threads)
     config = get_config(args.config)
@@ -65,8 +66,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if clips is None:
             t0 = time.time()
             clips = [make_clip(config, seed) for seed in range(args.seed, args.seed + args.clips)]
-            print(f"data: {len(clips)} clips, {sum(c.num_frames for c in clips) / config.fps / 60:.1f} min "
-                  f"in {time.time() - t0:.0f} s")
+            minutes = sum(c.num_frames for c in clips) / config.fps / 60
+            print(f"data: {len(clips)} clips, {minutes:.1f} min in {time.time() - t0:.0f} s")
+            card["data"] = {
+                "clips": len(clips), "minutes": round(minutes, 1), "identities": f"puppet seeds {args.seed}.."
+                f"{args.seed + args.clips - 1} (evaluation uses seeds >= 10000)",
+                "speech": f"espeak-ng voices {', '.join(VOICES)} at 120-230 wpm, pitch 20-80"
+                + (f"; Piper joe for {PIPER_SHARE:.0%} of sentences" if piper_voice() is not None else ""),
+            }
         return clips
 
     def record(stage: str, t0: float, **info: object) -> None:

@@ -1,0 +1,86 @@
+"""Audio in, face states out, as the audio arrives: the puppet's face track, streamed.
+
+``FaceTracker`` chains the streaming mouth tracker (``engine.puppet.mouth``) and the face's
+motion processes (``engine.puppet.motion``); neither keeps anything that grows with the
+stream. ``face_track_from_audio`` is the same tracker run over a whole file, so a stream
+gives exactly the track of its whole audio, however it is split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.puppet.motion import FaceMotion
+from engine.puppet.mouth import MouthTrack, MouthTracker
+from engine.puppet.state import FaceState
+
+_GENERATOR_BYTES = 32  # a PCG64 generator's state: a 128-bit state and a 128-bit increment
+
+
+@dataclass
+class FaceTracker:
+    """Streaming ``face_track_from_audio``: ``push`` audio, get the states of the frames it
+    completes; ``close`` at the end of the audio returns the rest (the last partial frame
+    zero-padded). Frame n covers samples [n*sr/fps, (n+1)*sr/fps). When fps divides the
+    sample rate every frame comes with the push that completes it; otherwise a frame waits
+    for ``lookahead`` samples of the next (its spectrum window is one sample longer)."""
+
+    sample_rate: int
+    fps: int = 25
+    seed: int = 0
+    mouth: MouthTracker = field(init=False)
+    motion: FaceMotion = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mouth = MouthTracker(self.sample_rate, self.fps)
+        self.motion = FaceMotion(self.fps, self.seed)
+
+    @property
+    def lookahead(self) -> int:
+        return self.mouth.lookahead
+
+    @property
+    def frames(self) -> int:
+        """Face states returned so far."""
+        return self.motion.frame
+
+    def push(self, pcm: np.ndarray) -> list[FaceState]:
+        """Mono float audio continuing the stream (any length) -> states of the frames it completes."""
+        return self._faces(self.mouth.push(pcm))
+
+    def close(self) -> list[FaceState]:
+        return self._faces(self.mouth.close())
+
+    def nbytes(self) -> int:
+        """Bytes of the numbers carried between pushes; the same at any point of a stream of
+        whole-frame pushes, however long it has run."""
+        return state_nbytes(self)
+
+    def _faces(self, track: MouthTrack) -> list[FaceState]:
+        return [self.motion.step(o, w) for o, w in zip(track.openness.tolist(), track.weights, strict=True)]
+
+
+def face_track_from_audio(pcm: np.ndarray, sample_rate: int, fps: int = 25, seed: int = 0) -> list[FaceState]:
+    """One ``FaceState`` per video frame; frame n covers samples [n*sr/fps, (n+1)*sr/fps)."""
+    tracker = FaceTracker(sample_rate, fps, seed)
+    return tracker.push(pcm) + tracker.close()
+
+
+def state_nbytes(obj: object) -> int:
+    """Bytes of the numbers a state object carries: arrays by size, scalars as 8 bytes, random
+    generators by their PCG64 state; dataclasses and sequences field by field. Functions
+    (an event clock's gap distribution) are code, not state."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, bool | int | float | np.generic):
+        return 8
+    if isinstance(obj, np.random.Generator):
+        return _GENERATOR_BYTES
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(state_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    if isinstance(obj, list | tuple):
+        return sum(state_nbytes(v) for v in obj)
+    return 0

@@ -1,0 +1,214 @@
+"""The puppet as an engine: a streaming face tracker that equals the offline track exactly and
+keeps constant state, and ``--config puppet`` behind the learned pipeline's surface
+(sessions, render, bench, eval)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pickle
+import wave
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from engine.bench import format_result, run_bench, speech_like
+from engine.cli import main
+from engine.config import CONFIGS, PUPPET
+from engine.frames import PublishedFrame
+from engine.pipeline import Pipeline
+from engine.puppet import FaceTracker, Identity, face_track_from_audio, render
+from engine.puppet.engine import PuppetPipeline, PuppetSession
+
+SR, FPS = 16000, 25
+SPF = SR // FPS
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    """About 4.2 s of speech-like audio with pauses; the last frame is partial."""
+    return speech_like(4.213, SR, seed=11)
+
+
+def _stream(tracker: FaceTracker, pcm: np.ndarray, sizes: list[int]) -> list:
+    states, i, k = [], 0, 0
+    while i < pcm.shape[0]:
+        states += tracker.push(pcm[i:i + sizes[k % len(sizes)]])
+        i += sizes[k % len(sizes)]
+        k += 1
+    return states + tracker.close()
+
+
+# --- the streaming face tracker ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+@pytest.mark.parametrize("split", ["1 frame", "7 frames", "40 frames", "uneven"])
+def test_streamed_track_equals_the_offline_track(speech: np.ndarray, seed: int, split: str) -> None:
+    sizes = {"1 frame": [SPF], "7 frames": [7 * SPF], "40 frames": [40 * SPF], "uneven": [1, 999, 5003, 77, 12345]}
+    offline = face_track_from_audio(speech, SR, FPS, seed)
+    streamed = _stream(FaceTracker(SR, FPS, seed), speech, sizes[split])
+    assert len(offline) == math.ceil(speech.size / SPF)
+    assert streamed == offline  # exact: one implementation, frame by frame
+
+
+def test_a_window_reaching_into_the_next_frame_waits_for_its_sample(speech: np.ndarray) -> None:
+    """At 30 fps a 16 kHz frame is 533 or 534 samples but its spectrum window is 534: such a
+    frame comes one sample late, and the stream still equals the whole file."""
+    tracker = FaceTracker(SR, 30, seed=2)
+    assert tracker.lookahead == 1
+    assert tracker.push(speech[:533]) == [] and len(tracker.push(speech[533:534])) == 1
+    tracker = FaceTracker(SR, 30, seed=2)
+    assert _stream(tracker, speech, [533, 1, 534 * 7]) == face_track_from_audio(speech, SR, 30, seed=2)
+    assert FaceTracker(SR, FPS).lookahead == 0
+
+
+def test_tracker_state_does_not_grow_over_ten_minutes() -> None:
+    """Ten minutes in one-second pieces (silence and tone bursts, so mouth, nods, blinks and
+    gaze all run): the state is the same size after one minute and after ten."""
+    t = np.arange(SR) / SR
+    burst = (0.3 * np.sin(2 * np.pi * 180 * t) * (np.sin(np.pi * t) ** 2)).astype(np.float32)
+    silence = np.zeros(SR, np.float32)
+    tracker = FaceTracker(SR, FPS, seed=3)
+    sizes = {}
+    for second in range(1, 601):
+        assert len(tracker.push(burst if second % 3 == 0 else silence)) == FPS
+        if second in (60, 600):
+            sizes[second] = (tracker.nbytes(), len(pickle.dumps(tracker)))
+    assert tracker.frames == 600 * FPS
+    assert sizes[60][0] == sizes[600][0] < 4096
+    assert abs(sizes[60][1] - sizes[600][1]) <= 16  # pickle: only integers' widths may differ
+
+
+# --- the engine ------------------------------------------------------------------------------------
+
+
+def test_from_config_gives_the_puppet_engine() -> None:
+    assert CONFIGS[PUPPET].name == PUPPET
+    pipe = Pipeline.from_config(PUPPET, threads=1, interp=True)
+    assert isinstance(pipe, PuppetPipeline)
+    assert (pipe.config.name, pipe.frame_size, pipe.fps, pipe.sample_rate) == (PUPPET, (256, 256), FPS, SR)
+    assert (pipe.device, pipe.steps, pipe.weights_loaded) == ("cpu", 0, [])
+    assert pipe.with_interp(False) is pipe and not pipe.config.schedule.interp
+    for bad in ({"steps": 3}, {"weights": "w"}, {"dtype": "bf16"}, {"device": "cuda"}):
+        with pytest.raises(ValueError, match="puppet"):
+            Pipeline.from_config(PUPPET, **bad)
+
+
+def test_a_reference_image_is_refused() -> None:
+    pipe = PuppetPipeline()
+    image = np.zeros((256, 256, 3), np.uint8)
+    with pytest.raises(ValueError, match="avatar=NAME"):
+        pipe.open_session(image=image)
+    with pytest.raises(ValueError, match="avatar=NAME"):
+        pipe.render(np.zeros(SPF, np.float32), image=image)  # at the call, not at the first frame
+    with pytest.raises(KeyError, match="unknown avatar"):
+        pipe.open_session(avatar="nobody-here")
+
+
+def _collect(session: PuppetSession, pcm: np.ndarray, piece: int) -> tuple[list[PublishedFrame], list[int]]:
+    """Feed ``pcm`` in ``piece``-sample parts, stepping whenever a chunk is ready; then close."""
+    frames, held = [], []
+    for i in range(0, pcm.size, piece):
+        session.feed(pcm[i:i + piece])
+        while session.ready():
+            frames += session.step()
+            held.append(session.nbytes() - session.audio.nbytes())
+    session.close_input()
+    assert session.ready()
+    while not session.finished:
+        frames += session.step()
+    assert not session.ready() and session.step() == []
+    return frames, held
+
+
+def test_session_frames_are_the_offline_track_drawn(speech: np.ndarray) -> None:
+    pipe = PuppetPipeline()
+    session = pipe.open_session(avatar="ada", seed=4)
+    session.feed(speech[: 3 * SPF])
+    assert not session.ready() and session.step() == []  # a chunk is four frames
+    session.feed(speech[3 * SPF: 4 * SPF])
+    assert session.ready()
+    first = session.step()
+    assert [f.index for f in first] == [0, 1, 2, 3] and session.last_chunk == "N0"
+    assert set(session.timings) == {"track", "render"}
+    rest, held = _collect(session, speech[4 * SPF:], 4801)
+    frames = first + rest
+
+    states = face_track_from_audio(speech, SR, FPS, seed=4)
+    padded = np.concatenate([speech, np.zeros(-speech.size % SPF, np.float32)])
+    assert len(frames) == len(states) == math.ceil(speech.size / SPF)
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert [f.pts for f in frames] == [Fraction(n, FPS) for n in range(len(frames))]
+    assert frames[-1].chunk == f"N{(len(frames) - 1) // 4}" and session.chunks_run == math.ceil(len(frames) / 4)
+    for f, state in zip(frames, states, strict=True):
+        assert f.fps == FPS and f.sample_rate == SR and f.rgb.shape == (256, 256, 3)
+        assert np.array_equal(f.audio, padded[f.sample_index:f.sample_index + SPF])
+        assert np.array_equal(f.rgb, render("ada", state, 256))
+    assert len(set(held)) == 1  # the tracker's state: the same size every step
+
+
+def test_async_frames_and_batch_render_agree(speech: np.ndarray) -> None:
+    pipe = PuppetPipeline()
+    pcm = speech[: 13 * SPF + 100]
+    session = pipe.open_session(avatar="ben", seed=1)
+    session.feed(pcm)
+    session.close_input()
+
+    async def take() -> list[PublishedFrame]:
+        return [f async for f in session.frames()]
+
+    streamed = asyncio.run(take())
+    batch = list(pipe.render(pcm, avatar="ben", seed=1))
+    assert [f.index for f in streamed] == list(range(14))
+    assert all(np.array_equal(a.rgb, b.rgb) and np.array_equal(a.audio, b.audio)
+               for a, b in zip(streamed, batch, strict=True))
+    assert session.nbytes() == session.tracker.nbytes()  # all audio published and released
+
+
+def test_bench_runs_on_the_puppet() -> None:
+    result = run_bench(Pipeline.from_config(PUPPET), chunks=3, progress=False)
+    assert result.config == PUPPET and result.steps == 0 and not result.interp
+    assert result.frames == math.ceil(result.audio_seconds * FPS) and result.chunks == math.ceil(result.frames / 4)
+    assert 0 < result.held_bytes_end < 4096  # the tracker's state, once the audio is all drawn
+    assert "puppet" in format_result(result)
+
+
+def test_avatar_render_config_puppet_writes_an_mp4(tmp_path: Path) -> None:
+    pcm = speech_like(1.5, 22050, seed=2)
+    wav = tmp_path / "speech.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(22050)
+        w.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
+    out = tmp_path / "puppet.mp4"
+    assert main(["render", "--config", PUPPET, "--audio", str(wav), "--out", str(out), "--avatar", "ada",
+                 "--quiet"]) == 0
+    with av.open(str(out)) as container:
+        video = container.streams.video[0]
+        assert (video.codec_context.width, video.codec_context.height) == (256, 256)
+        pictures = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(pictures) == math.ceil(1.5 * FPS)
+
+
+def test_eval_scores_the_puppet_once_with_perfect_lip_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.eval import run
+    from engine.eval.material import Clip
+
+    def short_clip(i: int, sample_rate: int, seed: int = 0) -> Clip:  # 2 s instead of ~9 s of espeak
+        identity = Identity.sample(np.random.default_rng(900 + i), name=f"short{i}")
+        return Clip(f"clip{i}", identity, 900 + i, speech_like(2.0, sample_rate, seed=i), sample_rate, "speech-like")
+
+    monkeypatch.setattr(run, "make_clip", short_clip)
+    result = run.evaluate(Pipeline.from_config(PUPPET), clips=1, long_minutes=0.03, progress=False)
+    assert "interp" not in result and result["steps"] == 0
+    sync = result["no_interp"]["lip_sync"]
+    probe = result["probe_on_ground_truth"]
+    assert sync["pearson_r"] == pytest.approx(probe["pearson_r"], abs=0.05) and sync["best_lag"] == 0
+    assert result["passes"]["lip_sync_r"] and result["passes"]["lip_sync_lag"]
+    assert result["long"]["frames"] == 45 and result["long"]["appearance_first"] > 0.9
+    assert "lip sync r" in run.format_table(result)
