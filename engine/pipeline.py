@@ -58,6 +58,7 @@ def chunk_seed(seed: int, plan: ChunkPlan) -> int:
 
 
 class Pipeline(ConfiguredEngine):
+    accepts_images = True  # a reference image of a stylised avatar can stand in for a bundled one
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
                  steps: int | None = None) -> None:
         self.config = config

@@ -99,7 +99,8 @@ def create_app(
     @app.middleware("http")
     async def _cap_body(request: Request, call_next):
         length = request.headers.get("content-length")
-        limit = settings.max_sdp_bytes + 4096
+        image_route = request.url.path == "/v1/sessions"
+        limit = (settings.max_image_bytes * 4 // 3 if image_route else settings.max_sdp_bytes) + 4096
         if length is not None and (not length.isdigit() or int(length) > limit):
             return _error(413, "body_too_large", f"request body over {limit} bytes")
         return await call_next(request)

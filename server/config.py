@@ -72,6 +72,7 @@ class Settings(BaseModel):
     max_sdp_bytes: int = Field(32_768, ge=1024)
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
     max_text_chars: int = Field(2_000, ge=1)
+    max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image (decoded bytes)")
     max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
     max_engine_backlog_s: float = Field(
         8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"

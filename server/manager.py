@@ -4,12 +4,17 @@ that frees sessions whose peer never came, never connected, or went silent."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 import secrets
 import time
 
+import numpy as np
+
 from engine.avatars import DEFAULT_AVATAR
+from engine.media.audio_io import MediaError, decode_image
 from engine.pipeline import Pipeline
 from server.config import Settings
 from server.errors import ApiError
@@ -65,9 +70,10 @@ class SessionManager:
                 "bad_quality",
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(sorted(self.pipelines))}",
             )
-        if options.avatar is None:
+        image = self._reference_image(options, self.pipelines[preset])
+        if options.avatar is None and image is None:
             options = options.model_copy(update={"avatar": self.settings.default_avatar or DEFAULT_AVATAR})
-        if options.avatar not in self.avatars:
+        if image is None and options.avatar not in self.avatars:
             raise ApiError(
                 400,
                 "bad_avatar",
@@ -76,12 +82,34 @@ class SessionManager:
         sid = "s_" + secrets.token_hex(8)
         record_dir = self.settings.record_dir if options.record else None
         session = AvatarSession(
-            sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir, self.tts
+            sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir, self.tts, image
         )
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()
         return session
+
+    def _reference_image(self, options: SessionCreate, pipeline: Pipeline) -> np.ndarray | None:
+        """The decoded ``image`` option, or None; every way it can be wrong is a 4xx."""
+        if options.image is None:
+            return None
+        if options.avatar is not None:
+            raise ApiError(400, "bad_image", "give either avatar or image, not both")
+        if not pipeline.accepts_images:
+            raise ApiError(400, "bad_image", f"the {pipeline.config.name} engine draws bundled avatars only")
+        try:
+            data = base64.b64decode(options.image, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "bad_image", "image is not valid base64") from None
+        if len(data) > self.settings.max_image_bytes:
+            raise ApiError(413, "image_too_large", f"image over {self.settings.max_image_bytes} bytes")
+        try:
+            image = decode_image(data)
+        except MediaError as exc:
+            raise ApiError(400, "bad_image", str(exc)) from None
+        if min(image.shape[:2]) < 64:
+            raise ApiError(400, "bad_image", f"image is {image.shape[1]}x{image.shape[0]}; need at least 64x64")
+        return image
 
     def get(self, session_id: str, token: str | None) -> AvatarSession:
         session = self.sessions.get(session_id)

@@ -29,6 +29,9 @@ class _Message(BaseModel):
 
 class SessionCreate(_Message):
     avatar: str | None = Field(None, description="built-in identity name; server default when omitted")
+    image: str | None = Field(
+        None, description="instead of avatar: a reference image of a stylised avatar, base64 PNG/JPEG/WebP"
+    )
     mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
     record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")

@@ -69,6 +69,7 @@ class AvatarSession:
         metrics: ServerMetrics,
         record_dir: Path | None,
         tts: TTSBackend | None = None,
+        image: np.ndarray | None = None,
     ) -> None:
         self.id = session_id
         self.token = secrets.token_urlsafe(24)
@@ -76,6 +77,7 @@ class AvatarSession:
         self.pipeline = pipeline
         self.metrics = metrics
         self.avatar = options.avatar
+        self.image = image  # a custom reference image, when no bundled avatar is used
         self.seed = options.seed
         self.barge_in = settings.barge_in if options.barge_in is None else options.barge_in
         self.user_audio = settings.user_audio if options.user_audio is None else options.user_audio
@@ -153,7 +155,9 @@ class AvatarSession:
 
     async def _start_engine(self) -> None:
         try:
-            self.engine = await asyncio.to_thread(self.pipeline.open_session, avatar=self.avatar, seed=self.seed)
+            self.engine = await asyncio.to_thread(
+                self.pipeline.open_session, avatar=self.avatar, image=self.image, seed=self.seed
+            )
         except Exception as exc:
             log.exception("session %s: engine failed to start", self.id)
             self.emit(ErrorEvent(code="engine_failed", message=f"the engine could not start: {exc}"))

@@ -287,3 +287,38 @@ async def test_health_metrics_demo_page_and_docs():
 def test_serve_refuses_a_public_bind_without_auth_token(capsys):
     assert cli_main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
     assert "auth token" in capsys.readouterr().err
+
+
+def png(rgb: np.ndarray) -> str:
+    """(H, W, 3) uint8 -> base64 PNG, encoded with PyAV."""
+    import av
+
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = rgb.shape[1], rgb.shape[0], "rgb24"
+    packets = codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")) + codec.encode(None)
+    return base64.b64encode(b"".join(bytes(p) for p in packets)).decode()
+
+
+async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs():
+    from engine.puppet import Identity, reference_image
+
+    custom = reference_image(Identity.sample(np.random.default_rng(12345), name="custom"), 200)
+    async with running_server(make_settings(max_image_bytes=60_000)) as srv:
+        s = await create(srv, image=png(custom))
+        assert s["avatar"] is None
+        session = srv.manager.sessions[s["session_id"]]
+        await asyncio.wait_for(session.engine_started.wait(), 30)
+        assert session.engine is not None and session.image.shape == (200, 200, 3)
+        cases = [
+            ({"image": "not base64!"}, 400, "bad_image"),
+            ({"image": base64.b64encode(b"hello, not an image").decode()}, 400, "bad_image"),
+            ({"image": png(custom[:40, :40])}, 400, "bad_image"),
+            ({"image": png(custom), "avatar": "ada"}, 400, "bad_image"),
+            ({"image": png(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8))},
+             413, "body_too_large"),
+        ]
+        for body, status, code in cases:
+            assert_error(await srv.http.post("/v1/sessions", json=body), status, code)
+        await assert_healthy(srv, 1)
+    async with running_server(make_settings(), config="puppet") as srv:
+        assert_error(await srv.http.post("/v1/sessions", json={"image": png(custom)}), 400, "bad_image")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import av
@@ -50,9 +51,14 @@ def load_image(path: str | Path) -> np.ndarray:
     path = Path(path)
     if not path.exists():
         raise MediaError(f"image file not found: {path}")
+    return decode_image(path.read_bytes(), str(path))
+
+
+def decode_image(data: bytes, name: str = "image") -> np.ndarray:
+    """Encoded image bytes (png/jpeg/webp/...) -> (H, W, 3) uint8."""
     try:
-        with av.open(str(path)) as container:
+        with av.open(io.BytesIO(data)) as container:
             frame = next(container.decode(video=0))
             return frame.to_ndarray(format="rgb24")
-    except (av.error.FFmpegError, OSError, StopIteration, IndexError) as exc:
-        raise MediaError(f"not a readable image: {path} ({exc.__class__.__name__})") from None
+    except (av.error.FFmpegError, OSError, StopIteration, IndexError, ValueError) as exc:
+        raise MediaError(f"not a readable image: {name} ({exc.__class__.__name__})") from None

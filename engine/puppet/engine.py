@@ -28,6 +28,7 @@ CHUNK_FRAMES = 4
 
 
 class PuppetPipeline(ConfiguredEngine):
+    accepts_images = False
     """The procedural engine: same attributes and methods as ``engine.pipeline.Pipeline``
     where its callers use them; ``steps`` is 0 and ``weights_loaded`` empty (no model)."""
 
