@@ -208,12 +208,23 @@ def test_psnr_and_ssim_perfect_on_self_and_lower_otherwise(small_video: tuple) -
 
 
 @needs_espeak
-def test_evaluate_returns_json_and_a_table() -> None:
-    from engine.eval.run import evaluate, format_table
+def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
+    from engine.eval.run import evaluate, format_table, update_card
+    from engine.media.audio_io import load_image
     from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config("micro", threads=1)
-    result = evaluate(pipe, clips=1, long_minutes=0.06, progress=False)
+    result = evaluate(pipe, clips=1, long_minutes=0.06, progress=False, sheet=tmp_path / "sheet.png")
+    assert load_image(tmp_path / "sheet.png").shape == (2 * 32, 6 * 32, 3)  # truth over generated, 6 moments
+    card = tmp_path / "model_card.json"
+    update_card(card, result, "long run")
+    short = {**result, "passes": {**result["passes"], "identity_stability": None}}
+    short.pop("long")
+    update_card(card, short, "short run")
+    saved = json.loads(card.read_text())["evaluation"]
+    assert saved["long"]["command"] == "long run" and saved["long"]["frames"] == 90
+    assert saved["clips"]["command"] == "short run" and saved["clips"]["clips"] == 1
+    assert saved["clips"]["interp"]["lip_sync"] == result["interp"]["lip_sync"]
     json.dumps(result, allow_nan=False)
     for label in ("interp", "no_interp"):
         res = result[label]

@@ -22,6 +22,10 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
     p.add_argument("--seed", type=int, default=0, help="picks the held-out identities and sentences")
+    p.add_argument("--frames", default=None, metavar="PNG",
+                   help="write ground-truth over generated frames of the first clip as a PNG")
+    p.add_argument("--card", action="store_true",
+                   help="record the results in the weights folder's model_card.json")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_eval)
     return p
@@ -31,15 +35,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.clips < 1 or args.minutes < 0:
         print("avatar eval: error: --clips must be >= 1 and --minutes >= 0", file=sys.stderr)
         return 2
-    from engine.eval.run import evaluate, format_table
+    from engine.eval.run import evaluate, format_table, update_card
+    from engine.models import WEIGHTS_DIR
     from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config(args.config, device=args.device, steps=args.steps, weights=args.weights,
                                 threads=args.threads)
-    result = evaluate(pipe, clips=args.clips, long_minutes=args.minutes, seed=args.seed, progress=not args.quiet)
+    result = evaluate(pipe, clips=args.clips, long_minutes=args.minutes, seed=args.seed, progress=not args.quiet,
+                      sheet=Path(args.frames) if args.frames else None)
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    if args.card:
+        folder = Path(args.weights) if args.weights else WEIGHTS_DIR / pipe.config.name
+        command = (f"avatar eval --config {args.config} --clips {args.clips} --minutes {args.minutes:g} "
+                   f"--seed {args.seed} --threads {args.threads} --device {args.device}"
+                   + (f" --steps {args.steps}" if args.steps else ""))
+        update_card(folder / "model_card.json", result, command)
     return 0
 
 

@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from engine.eval import metrics
 from engine.eval.material import Clip, make_clip, silence, utterance
 from engine.eval.probe import measure_openness
 from engine.frames import PublishedFrame
+from engine.media.audio_io import save_png
 from engine.pipeline import Pipeline
 from engine.puppet import Identity, face_track_from_audio, openness_series, reference_image, render_video
 from engine.puppet.engine import PuppetPipeline
@@ -97,8 +99,17 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def contact_sheet(truth: np.ndarray, generated: np.ndarray, gt_open: np.ndarray, count: int = 6) -> np.ndarray:
+    """Ground truth (top row) over generated frames (bottom row) at ``count`` moments spread
+    from the most closed to the most open mouth: what the README shows."""
+    n = min(len(truth), len(generated))
+    order = np.argsort(gt_open[:n], kind="stable")
+    picks = sorted(order[np.linspace(0, n - 1, count).round().astype(int)])
+    return np.concatenate([np.concatenate(list(v[picks]), axis=1) for v in (truth, generated)], axis=0)
+
+
 def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[Clip], seed: int = 0,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
+                   log: Callable[[str], None] = print, sheet: Path | None = None) -> dict[str, Any]:
     """Score each pipeline (by label, e.g. interp / no_interp) on every clip against the renderer."""
     first = next(iter(pipelines.values()))
     h, w = first.frame_size
@@ -114,6 +125,8 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         probe_pairs.append((measure_openness(truth, reference), gt_open))
         for label, pipe in pipelines.items():
             gen = generate(pipe, clip, reference, seed + k)
+            if sheet is not None and k == 0 and label == next(iter(pipelines)):
+                save_png(sheet, contact_sheet(truth, gen.frames, gt_open))
             scores = score_clip(gen.frames, gen.chunks, truth, gt_open, reference)
             measured = scores.pop("measured_openness")
             pairs[label].append((measured, gt_open[: len(measured)]))
@@ -228,7 +241,8 @@ def evaluate_long(pipeline: Pipeline | PuppetPipeline, clip: Clip, minutes: floa
 
 
 def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
-             no_interp: Pipeline | PuppetPipeline | None = None, progress: bool = True) -> dict[str, Any]:
+             no_interp: Pipeline | PuppetPipeline | None = None, progress: bool = True,
+             sheet: Path | None = None) -> dict[str, Any]:
     """All of issue 4's evaluation for one pipeline, as a JSON-able dict (see ``format_table``).
 
     ``no_interp`` defaults to the same models with I chunks switched off; a pipeline without
@@ -252,7 +266,7 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         "seed": seed,
         "thresholds": THRESHOLDS,
     }
-    result.update(evaluate_clips(pipes, test_clips, seed, log))
+    result.update(evaluate_clips(pipes, test_clips, seed, log, sheet))
     if long_minutes > 0:
         long_clip = make_clip(clips, pipeline.sample_rate, seed)
         log(f"eval: long run, {long_minutes:g} min through one session")
@@ -276,6 +290,33 @@ def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
         out["identity_stability"] = (long["identity_stability"] >= THRESHOLDS["identity_stability_min"]
                                      and long["appearance_first"] >= THRESHOLDS["appearance_first_min"])
     return out
+
+
+def card_entry(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures a model card keeps from one ``evaluate`` result."""
+    keys = ("lip_sync", "seam_ratio", "psnr", "ssim", "appearance", "real_time_factor")
+    entry: dict[str, Any] = {
+        label: {k: result[label][k] for k in keys} for label in ("interp", "no_interp") if label in result
+    }
+    entry["clips"] = len(next(v for k, v in result.items() if k in ("interp", "no_interp"))["clips"])
+    if "long" in result:
+        entry["long"] = {k: v for k, v in result["long"].items() if k != "identity_seed"}
+    entry["passes"] = result["passes"]
+    return entry
+
+
+def update_card(path: Path, result: dict[str, Any], command: str) -> None:
+    """Merge ``result`` into ``model_card.json``: clip scores and the long run are kept apart,
+    so a short run does not erase the figures of an earlier hour-long one."""
+    import json
+
+    card = json.loads(path.read_text()) if path.exists() else {}
+    evaluation = card.setdefault("evaluation", {})
+    entry = card_entry(result)
+    if "long" in entry:
+        evaluation["long"] = {**entry.pop("long"), "command": command}
+    evaluation["clips"] = {**entry, "command": command}
+    path.write_text(json.dumps(card, indent=2) + "\n")
 
 
 def jsonable(x: Any) -> Any:

@@ -54,6 +54,14 @@ def load_image(path: str | Path) -> np.ndarray:
     return decode_image(path.read_bytes(), str(path))
 
 
+def save_png(path: str | Path, rgb: np.ndarray) -> None:
+    """(H, W, 3) uint8 -> a PNG file."""
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = rgb.shape[1], rgb.shape[0], "rgb24"
+    packets = codec.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24"))
+    Path(path).write_bytes(b"".join(bytes(p) for p in packets + codec.encode(None)))
+
+
 def decode_image(data: bytes, name: str = "image") -> np.ndarray:
     """Encoded image bytes (png/jpeg/webp/...) -> (H, W, 3) uint8."""
     try:

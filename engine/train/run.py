@@ -31,6 +31,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--vae-steps", type=int, default=2000)
     p.add_argument("--dit-steps", type=int, default=2000)
     p.add_argument("--sr-steps", type=int, default=600)
+    p.add_argument("--dit-lr", type=float, default=1e-3, help="peak learning rate of the DiT (one-cycle)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -99,10 +100,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             from engine.train.dit import train_dit
 
             data = load_latent_set(latent_path)
-            losses = train_dit(models.dit, models.audio, data, args.dit_steps, args.seed)
+            losses = train_dit(models.dit, models.audio, data, args.dit_steps, args.seed, lr=args.dit_lr)
             models.dit.save(out / "dit.safetensors")
             models.audio.save(out / "audio.safetensors")
-            record("dit", t0, steps=args.dit_steps, final_loss=tail_mean(losses, 100))
+            record("dit", t0, steps=args.dit_steps, lr=args.dit_lr, final_loss=tail_mean(losses, 100))
         elif stage == "sr":
             from engine.train.sr import train_sr
 
