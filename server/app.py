@@ -129,6 +129,8 @@ def create_app(
         base = m.pipelines[m.default_preset]
         return {
             "avatars": m.avatars,
+            "reference_images": base.accepts_images,
+            "max_image_bytes": settings.max_image_bytes,
             "presets": sorted(m.pipelines),
             "default_preset": m.default_preset,
             "modes": ["mirror", "agent"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import wave
 
+import numpy as np
 import pytest
 from server_helpers import make_settings, running_server, speech_pcm16, wait_until
 
@@ -90,5 +91,34 @@ async def test_refused_microphone_gets_a_clear_message_and_leaves_no_session(tmp
             assert "Microphone access was refused" in await page.text_content("#message")
             assert await page.text_content("#status") == "error"
             assert await wait_until(lambda: not srv.manager.sessions, 5)
+        finally:
+            await context.close()
+
+
+async def test_own_reference_image_from_the_page(tmp_path):
+    """The page's file input sends a portrait; the session uses it instead of a bundled avatar."""
+    from playwright.async_api import async_playwright
+
+    from engine.media.audio_io import save_png
+    from engine.puppet import Identity, reference_image
+
+    wav, portrait = tmp_path / "mic.wav", tmp_path / "me.png"
+    write_wav(wav)
+    save_png(portrait, reference_image(Identity.sample(np.random.default_rng(777), name="me"), 256))
+    async with running_server(make_settings(max_sessions=1)) as srv, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
+            args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            await page.goto(f"{srv.url}/?mode=mirror")
+            await page.set_input_files("#image", str(portrait))
+            await page.click("#start")
+            await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
+            (session,) = srv.manager.sessions.values()
+            assert session.avatar is None and session.image.shape == (256, 256, 3)
+            await page.click("#stop")
+            assert await wait_until(lambda: not srv.manager.sessions, 10)
         finally:
             await context.close()

@@ -63,6 +63,7 @@ async function loadInfo() {
     select.replaceChildren(...values.map((v) => new Option(v, v, false, v === chosen)));
   };
   fill($("avatar"), state.info.avatars, params.get("avatar") || state.info.avatars[0]);
+  $("image-label").hidden = !state.info.reference_images;
   fill($("quality"), state.info.presets, params.get("quality") || state.info.default_preset);
   $("mode").value = params.get("mode") || state.info.default_mode;
   $("token-row").hidden = !state.info.auth_required || Boolean(state.attached);
@@ -116,6 +117,19 @@ async function openMicrophone(mode) {
     showMessage(`${why} Continuing in agent mode without it.`);
     return null;
   }
+}
+
+// A bundled avatar by name, or the portrait picked in the file input (base64, as the API takes it).
+async function chosenAvatar() {
+  const file = $("image").files?.[0];
+  if (!file) return { avatar: $("avatar").value || null };
+  if (file.size > state.info.max_image_bytes) {
+    throw new Error(`The image is over ${Math.round(state.info.max_image_bytes / 1024)} KiB.`);
+  }
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return { image: btoa(binary) };
 }
 
 function waitForIceGathering(pc, timeoutMs = 2000) {
@@ -239,6 +253,7 @@ function setRunning(running) {
   $("mode").disabled = Boolean(state.attached);
   $("barge-in").disabled = Boolean(state.attached);
   $("avatar").disabled = running;
+  $("image").disabled = running;
   $("quality").disabled = running;
 }
 
@@ -257,7 +272,7 @@ async function start() {
     const created = state.attached ? Promise.resolve(state.attached) : api("/v1/sessions", {
       method: "POST", token,
       body: {
-        mode, avatar: $("avatar").value || null, quality: $("quality").value || null,
+        mode, quality: $("quality").value || null, ...(await chosenAvatar()),
         barge_in: $("barge-in").checked,
       },
     });
