@@ -267,8 +267,10 @@ async function start() {
   state.userSpeaking = false;
   const mode = $("mode").value;
   const token = $("token").value || undefined;
+  let micOpening = null;
   try {
-    // Create the session first: the server warms the engine up while the microphone opens.
+    // Everything slow runs at once: the server warms the engine up, the browser opens the
+    // microphone, and the connection is negotiated; the mic track joins its slot when ready.
     const created = state.attached ? Promise.resolve(state.attached) : api("/v1/sessions", {
       method: "POST", token,
       body: {
@@ -276,21 +278,13 @@ async function start() {
         barge_in: $("barge-in").checked,
       },
     });
-    try {
-      state.mic = await openMicrophone(mode);
-    } catch (err) {
-      if (!state.attached) {
-        created.then((s) => api(`/v1/sessions/${s.session_id}`, { method: "DELETE", token: s.token })).catch(() => {});
-      }
-      throw err;
-    }
-    mark("microphone");
+    micOpening = openMicrophone(mode);
+    micOpening.catch(() => {});  // awaited below, once the connection is under way
     state.session = await created;
     mark("session");
     const pc = new RTCPeerConnection({ iceServers: state.session.ice_servers });
     state.pc = pc;
-    if (state.mic) pc.addTransceiver(state.mic.getAudioTracks()[0], { direction: "sendrecv" });
-    else pc.addTransceiver("audio", { direction: "recvonly" });
+    const micSlot = pc.addTransceiver("audio", { direction: "sendrecv" });
     pc.addTransceiver("video", { direction: "recvonly" });
     const video = $("video");
     pc.ontrack = (ev) => {
@@ -300,9 +294,12 @@ async function start() {
         video.srcObject = stream;
         watchFirstFrame(video);
       }
-      video.play().catch(() => showMessage("Click the video to start playback."));
+      video.play().catch((err) => {
+        if (state.pc === pc && err.name === "NotAllowedError") showMessage("Click the video to start playback.");
+      });
     };
     pc.onconnectionstatechange = () => {
+      if (state.pc !== pc) return;  // a connection being torn down says nothing about the page
       const st = pc.connectionState;
       if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); setActivity(); }
       if (st === "failed") {
@@ -322,11 +319,15 @@ async function start() {
     });
     mark("answer");
     await pc.setRemoteDescription(answer);
+    state.mic = await micOpening;
+    mark("microphone");
+    if (state.mic) await micSlot.sender.replaceTrack(state.mic.getAudioTracks()[0]);
     state.timers.push(setInterval(() => pollStats().catch(() => {}), 1000));
     $("mic").textContent = "Microphone on";
     $("mic").setAttribute("aria-pressed", "true");
     setRunning(true);
   } catch (err) {
+    if (!state.mic) micOpening?.then((m) => m?.getTracks().forEach((t) => t.stop())).catch(() => {});
     setStatus("error");
     showMessage(`Could not start: ${err.message}`, true);
     log(`start failed: ${err.message}`);
