@@ -307,7 +307,8 @@ def card_entry(result: dict[str, Any]) -> dict[str, Any]:
 
 def update_card(path: Path, result: dict[str, Any], command: str) -> None:
     """Merge ``result`` into ``model_card.json``: clip scores and the long run are kept apart,
-    so a short run does not erase the figures of an earlier hour-long one."""
+    so a short run does not erase the figures of an earlier hour-long one, and clip scores
+    over fewer clips than those recorded do not replace them."""
     import json
 
     card = json.loads(path.read_text()) if path.exists() else {}
@@ -315,7 +316,8 @@ def update_card(path: Path, result: dict[str, Any], command: str) -> None:
     entry = card_entry(result)
     if "long" in entry:
         evaluation["long"] = {**entry.pop("long"), "command": command}
-    evaluation["clips"] = {**entry, "command": command}
+    if entry["clips"] >= evaluation.get("clips", {}).get("clips", 0):
+        evaluation["clips"] = {**entry, "command": command}
     path.write_text(json.dumps(card, indent=2) + "\n")
 
 
