@@ -56,6 +56,16 @@ def server_under_test(config: str, monkeypatch):
     return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")))
 
 
+def prometheus_value(res, name: str) -> dict[str, float]:
+    """``_sum`` and ``_count`` of a histogram from ``GET /metrics``."""
+    values = {}
+    for line in res.text.splitlines():
+        for part in ("sum", "count"):
+            if line.startswith(f"{name}_{part} "):
+                values[part] = float(line.split()[1])
+    return values
+
+
 def last_before(metrics: list[tuple[float, dict]], t: float) -> dict:
     return [m for at, m in metrics if at <= t][-1]
 
@@ -86,6 +96,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
         await asyncio.sleep(duration)
         stop.set()
         first_frame = video.arrival[0] - t0
+        step = prometheus_value(await srv.http.get("/metrics"), "avatar_engine_step_seconds")
         warm, end = last_before(metrics, t0 + WARMUP_S), metrics[-1][1]
 
         windows = np.arange(video.arrival[0], video.arrival[-1] - 5, 30.0)
@@ -101,7 +112,8 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
               f"offer; steady-state deadline misses {misses}/{slots} = {100 * miss_ratio:.2f}%; playout delay "
               f"{end['playout_delay_ms']:.0f} ms; client A/V offset per 30 s window (ms) "
               f"{[round(o * 1000, 1) for o in offsets]}; server A/V offset max {server_av:.1f} ms; "
-              f"engine state {nbytes_warm} -> {nbytes_end} bytes ({100 * growth:+.2f}%)")
+              f"engine state {nbytes_warm} -> {nbytes_end} bytes ({100 * growth:+.2f}%); engine step mean "
+              f"{1000 * step['sum'] / max(step['count'], 1):.0f} ms over {step['count']:.0f} chunks")
 
         await srv.http.delete(f"/v1/sessions/{session['session_id']}",
                               headers={"Authorization": f"Bearer {session['token']}"})

@@ -5,6 +5,7 @@ anchors (I chunks), per-latent audio windows, flow matching with v-prediction, E
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from engine.eval.probe import CROP
 from engine.modules.audio_encoder import AudioEncoder
 from engine.modules.dit import A2VDiT
 from engine.modules.vae import latent_frames
@@ -73,7 +75,18 @@ def shifted_t(rng: torch.Generator, n: int, shift: float) -> torch.Tensor:
     return shift * u / (1 + (shift - 1) * u)
 
 
-def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator) -> torch.Tensor:
+def mouth_weight(height: int, width: int, extra: float) -> torch.Tensor:
+    """(h, w) loss weight over low-res latent tokens: 1, plus ``extra`` on the tokens under the
+    mouth region the lip-sync probe reads (a few tokens of 64 would otherwise be drowned out by
+    head motion and blinks)."""
+    t, b, left, r = CROP
+    w = torch.ones(height, width)
+    w[int(t * height):math.ceil(b * height), int(left * width):math.ceil(r * width)] += extra
+    return w / w.mean()
+
+
+def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator,
+              weight: torch.Tensor | None = None) -> torch.Tensor:
     config = dit.config
     s = config.schedule
     w = config.dit.window
@@ -95,13 +108,15 @@ def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator) 
     noise = torch.randn(b.target.shape, generator=gen)
     x_t = noised(b.target, noise, t)
     v, _ = dit(x_t, t, audio(b.target_mel), start, ctx)
-    err = (v - (noise - b.target)).pow(2).mean(dim=(2, 3, 4))
+    sq = (v - (noise - b.target)).pow(2)
+    err = (sq * weight).mean(dim=(2, 3, 4)) if weight is not None else sq.mean(dim=(2, 3, 4))
     return err[free].mean()
 
 
 def train_dit(dit: A2VDiT, audio: AudioEncoder, data: LatentSet, steps: int, seed: int,
-              batch: int = 8, lr: float = 4e-4, ema_decay: float = 0.998) -> list[float]:
+              batch: int = 8, lr: float = 4e-4, ema_decay: float = 0.998, mouth_extra: float = 4.0) -> list[float]:
     config = dit.config
+    weight = mouth_weight(*data.lr(0).shape[-2:], mouth_extra)
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -115,7 +130,7 @@ def train_dit(dit: A2VDiT, audio: AudioEncoder, data: LatentSet, steps: int, see
     bar = tqdm(range(steps), desc="dit", unit="step")
     for step in bar:
         mode = str(rng.choice(MODES, p=MODE_WEIGHTS))
-        loss = flow_loss(dit, audio, sample_batch(data, rng, batch, mode, config), gen)
+        loss = flow_loss(dit, audio, sample_batch(data, rng, batch, mode, config), gen, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

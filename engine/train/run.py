@@ -56,7 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown stages {sorted(unknown)}; choose from {', '.join(STAGES)}")
     models = ModelSet.build(config, args.seed)
-    models.load_dir(out)
+    continued = set(models.load_dir(out)) & {"dit", "sr"}
     card_path = out / "model_card.json"
     card = json.loads(card_path.read_text()) if card_path.exists() else {"config": config.name, "stages": {}}
     card["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads, {args.device}"
@@ -78,7 +78,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         return clips
 
     def record(stage: str, t0: float, **info: object) -> None:
-        card["stages"][stage] = {"seconds": round(time.time() - t0, 1), **info}
+        """A stage's entry; a stage run again on its own checkpoint (training continued) keeps
+        the earlier run, and its seconds count the total."""
+        entry = {"seconds": round(time.time() - t0, 1), **info}
+        earlier = card["stages"].get(stage)
+        if earlier is not None and stage in ("dit", "sr") and stage in continued:
+            entry = {**entry, "seconds": round(entry["seconds"] + earlier["seconds"], 1), "continued_from": earlier}
+        card["stages"][stage] = entry
         card_path.write_text(json.dumps(card, indent=2))
 
     latent_path = out.parent / f".{config.name}-latents.pt"
