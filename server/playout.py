@@ -62,7 +62,8 @@ class PlayoutConfig:
     max_delay: float = 1.5
     raise_step: float = 0.1  # added to L after an underrun
     decay_per_s: float = 0.02  # L shrinks this much per second of steady production
-    steady_after_s: float = 5.0  # no miss for this long before L may shrink
+    steady_after_s: float = 5.0  # no miss for this long before L may shrink (doubles after each underrun)
+    steady_max_s: float = 60.0  # the longest that proof of steadiness is ever asked to be
     capacity_frames: int = 150
     # A consumer this late still gets every slot (back to back); later than this it skips ahead.
     audio_late_tolerance_s: float = 0.2
@@ -252,6 +253,9 @@ class PlayoutBuffer:
         self._av_offset = 0.0
 
         self._last_miss = 0.0  # relative to t0
+        # How long production must have had room before L shrinks: doubled by each underrun, so
+        # L stops probing its way back down into the same underrun every few seconds.
+        self._steady_s = cfg.steady_after_s
         self._last_decay = 0.0
         self._late_run = 0  # late arrivals in a row
         # Sliding-window minimum of (media time - arrival time) of recent frames: the evidence
@@ -567,6 +571,7 @@ class PlayoutBuffer:
 
     def _on_underrun(self, w: Fraction) -> None:
         self._last_miss = float(w)
+        self._steady_s = min(max(self.config.steady_max_s, self.config.steady_after_s), 2 * self._steady_s)
         self._target = min(self.config.max_delay, self._target + self.config.raise_step)
         self._schedule(w)
 
@@ -574,7 +579,7 @@ class PlayoutBuffer:
         """Shrink L slowly once production has been steady, and only while recent frames had room."""
         cfg = self.config
         now = float(w)
-        since = max(self._last_decay, self._last_miss + cfg.steady_after_s)
+        since = max(self._last_decay, self._last_miss + self._steady_s)
         self._last_decay = now
         if now <= since or not self._has_room(now):
             return
@@ -583,7 +588,7 @@ class PlayoutBuffer:
 
     def _has_room(self, now: float) -> bool:
         early = self._early
-        while early and early[0][0] < now - self.config.steady_after_s:
+        while early and early[0][0] < now - self._steady_s:
             early.popleft()
         if not early:
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from fractions import Fraction
@@ -288,6 +289,40 @@ async def test_delay_does_not_shrink_when_frames_arrive_just_in_time() -> None:
     assert st.deadline_misses == 0 and st.delay == pytest.approx(L)
     producer.cancel()
     await s.stop()
+
+
+async def chunked_misses(cfg: PlayoutConfig, seconds: float = 240.0) -> tuple[int, int]:
+    """Deadline misses of an engine making 16-frame chunks in real time on average, each ready
+    0.45 s after its audio, but every fifteenth one (every 9.6 s) 0.75 s after: (misses in the first and in the
+    second half of the run)."""
+    s = Session(cfg)
+
+    async def produce() -> None:
+        start = s.clock.now()
+        for c in range(int(seconds / 0.64)):
+            await s.clock.sleep_until(start + c * 0.64 + (0.75 if c % 15 == 14 else 0.45))
+            for i in range(16 * c, 16 * c + 16):
+                await s.buf.put(frame(i))
+
+    producer = asyncio.create_task(produce())
+    await s.clock.run_for(seconds / 2)
+    half = s.buf.stats().deadline_misses
+    await s.clock.run_for(seconds / 2)
+    producer.cancel()
+    total = s.buf.stats().deadline_misses
+    await s.stop()
+    return half, total - half
+
+
+async def test_delay_stops_probing_back_into_the_same_underrun() -> None:
+    """Each underrun doubles how long L must have had room before it shrinks again, so a rare
+    slow chunk costs a few misses once instead of every few seconds."""
+    cfg = PlayoutConfig(initial_delay=0.25, min_delay=0.1, steady_after_s=5.0, capacity_frames=400)
+    first, second = await chunked_misses(cfg)
+    assert first > 0, "the slow chunks do make L rise at first"
+    assert second == 0, (first, second)
+    without_backoff = await chunked_misses(dataclasses.replace(cfg, steady_max_s=cfg.steady_after_s))
+    assert without_backoff[1] > 5, without_backoff  # probing down again and again keeps missing
 
 
 async def test_audio_stays_with_video_under_bursty_and_stalled_production() -> None:
