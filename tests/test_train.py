@@ -15,11 +15,11 @@ from engine.cli import main as avatar
 from engine.config import get_config
 from engine.models import ModelSet
 from engine.pipeline import Pipeline
-from engine.train.data import make_clip, reference_tensor, to_tensor
+from engine.train.data import make_clip, mouth_weight, reference_tensor, to_tensor
 from engine.train.dit import flow_loss, sample_batch
 from engine.train.latents import build_latent_set
 from engine.train.sr import sr_loss
-from engine.train.vae import mouth_weight, vae_loss
+from engine.train.vae import vae_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MICRO = get_config("micro")
@@ -71,7 +71,7 @@ def test_one_vae_step_lowers_its_loss(clips: list) -> None:
     size = MICRO.vae.height
     video = to_tensor(clips[0].frames(0, 9, size))[None]
     ref = reference_tensor(clips[0].identity, size)
-    weight = mouth_weight(size, 3.0)[None, None, None]
+    weight = mouth_weight(size, size, 3.0)[None, None, None]
     assert weight.max() == 4.0 and weight.min() == 1.0
 
     def loss():

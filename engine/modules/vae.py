@@ -66,9 +66,14 @@ class CausalTimeMix(nn.Module):
 
 @dataclass(frozen=True)
 class DecoderReference:
-    """The reference image's features, computed once per session: appearance detail
-    (hair, background, skin) the latents need not carry, at the latent resolution
-    (``low``) and at the decoder's last resolution (``high``)."""
+    """The reference image's share of the decoder's two mixing convolutions, computed once
+    per session: appearance detail (hair, background, skin) the latents need not carry, at
+    the latent resolution (``low``) and at the decoder's last resolution (``high``).
+
+    A convolution over ``cat([x, ref])`` is the convolution of ``x`` by the first half of
+    its weights plus that of ``ref`` by the second half, so the reference half is done here
+    and each frame pays only for its own.
+    """
 
     low: torch.Tensor
     high: torch.Tensor
@@ -194,7 +199,7 @@ class VAEDecoder(Module):
             raise ValueError("the decoder's last up-sampling factor must be a power of two")
         high = self.ref_high(image.to(self.device, self.dtype))
         low = self.ref_low(F.avg_pool2d(high, self.config.vae.spatial_down // self.ps))
-        return DecoderReference(low=low, high=high)
+        return DecoderReference(low=_reference_half(self.mix_low, low), high=_reference_half(self.mix_high, high))
 
     def init_cache(self, reference: DecoderReference) -> DecoderCache:
         b, _, h, w = reference.low.shape
@@ -207,7 +212,7 @@ class VAEDecoder(Module):
         z = z.to(self.dtype) * self.latent_scale[:, None, None] + self.latent_shift[:, None, None]
         x = self.conv_in(z.reshape(b * f, c, h, w))
         ref = cache.reference
-        x = x + self.mix_low(torch.cat([x, ref.low.repeat_interleave(f, 0)], dim=1))
+        x = x + (_frame_half(self.mix_low, x).reshape(b, f, -1, h, w) + ref.low[:, None]).reshape(x.shape)
         x = x.reshape(b, f, -1, h, w)
         x, p1 = self.time1(x, cache.prev[0])
         x = self.res(x.reshape(b * f, -1, h, w)).reshape(b, f, -1, h, w)
@@ -222,7 +227,17 @@ class VAEDecoder(Module):
         y = F.silu(y)
         for conv, gn in zip(self.ups, self.up_norms, strict=True):
             y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
-        high = ref.high.repeat_interleave(n, 0).contiguous(memory_format=torch.channels_last)
-        y = y + F.silu(self.mix_high(torch.cat([y, high], dim=1)))
+        mixed = _frame_half(self.mix_high, y).reshape(b, n, *y.shape[1:]) + ref.high[:, None]
+        y = y + F.silu(mixed.reshape(y.shape))
         y = F.pixel_shuffle(self.out(y).contiguous(), self.ps).clamp(-1, 1)
         return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True, reference=ref)
+
+
+def _frame_half(mix: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``mix`` over ``cat([x, ref])``, the ``x`` half (no bias: that is in the reference half)."""
+    return F.conv2d(x, mix.weight[:, : x.shape[1]], None, mix.stride, mix.padding)
+
+
+def _reference_half(mix: nn.Conv2d, ref: torch.Tensor) -> torch.Tensor:
+    """``mix`` over ``cat([x, ref])``, the ``ref`` half and the bias: the same for every frame."""
+    return F.conv2d(ref, mix.weight[:, mix.in_channels - ref.shape[1]:], mix.bias, mix.stride, mix.padding)

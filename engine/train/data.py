@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from engine.config import EngineConfig
+from engine.eval.probe import CROP
 from engine.puppet import FaceState, Identity, face_track_from_audio, reference_image, render
 from engine.train.speech import VOICES, utterance
 
@@ -47,3 +49,13 @@ def to_tensor(frames: np.ndarray) -> torch.Tensor:
 
 def reference_tensor(identity: Identity, size: int) -> torch.Tensor:
     return to_tensor(reference_image(identity, size)[None])
+
+
+def mouth_weight(height: int, width: int, extra: float) -> torch.Tensor:
+    """(height, width) loss weight: 1, plus ``extra`` over the mouth region the lip-sync probe
+    reads (``engine.eval.probe.CROP``), on any grid (pixels, latent tokens). Lip sync lives in
+    a few percent of the frame, which a uniform loss would drown out."""
+    t, b, left, r = CROP
+    w = torch.ones(height, width)
+    w[int(t * height):math.ceil(b * height), int(left * width):math.ceil(r * width)] += extra
+    return w

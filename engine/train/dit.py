@@ -5,7 +5,6 @@ anchors (I chunks), per-latent audio windows, flow matching with v-prediction, E
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from engine.eval.probe import CROP
 from engine.modules.audio_encoder import AudioEncoder
 from engine.modules.dit import A2VDiT
 from engine.modules.vae import latent_frames
 from engine.sampler import noised
+from engine.train.data import mouth_weight
 from engine.train.latents import LatentSet
 
 MODES = ("N0", "N", "I")
@@ -75,16 +74,6 @@ def shifted_t(rng: torch.Generator, n: int, shift: float) -> torch.Tensor:
     return shift * u / (1 + (shift - 1) * u)
 
 
-def mouth_weight(height: int, width: int, extra: float) -> torch.Tensor:
-    """(h, w) loss weight over low-res latent tokens: 1, plus ``extra`` on the tokens under the
-    mouth region the lip-sync probe reads (a few tokens of 64 would otherwise be drowned out by
-    head motion and blinks)."""
-    t, b, left, r = CROP
-    w = torch.ones(height, width)
-    w[int(t * height):math.ceil(b * height), int(left * width):math.ceil(r * width)] += extra
-    return w / w.mean()
-
-
 def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator,
               weight: torch.Tensor | None = None) -> torch.Tensor:
     config = dit.config
@@ -117,6 +106,7 @@ def train_dit(dit: A2VDiT, audio: AudioEncoder, data: LatentSet, steps: int, see
               batch: int = 8, lr: float = 4e-4, ema_decay: float = 0.998, mouth_extra: float = 4.0) -> list[float]:
     config = dit.config
     weight = mouth_weight(*data.lr(0).shape[-2:], mouth_extra)
+    weight = weight / weight.mean()
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

@@ -9,9 +9,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from engine.eval.probe import CROP
 from engine.modules.vae import VAEDecoder, VAEEncoder
-from engine.train.data import Clip, reference_tensor, to_tensor
+from engine.train.data import Clip, mouth_weight, reference_tensor, to_tensor
 
 
 def random_window(clips: list[Clip], rng: np.random.Generator, latents: int, size: int,
@@ -22,14 +21,6 @@ def random_window(clips: list[Clip], rng: np.random.Generator, latents: int, siz
     clip = clips[int(rng.integers(len(clips)))]
     lo = int(rng.integers(0, clip.num_frames - n + 1))
     return to_tensor(clip.frames(lo, lo + n, size)), reference_tensor(clip.identity, size)[0]
-
-
-def mouth_weight(size: int, extra: float) -> torch.Tensor:
-    """Per-pixel loss weight: 1, plus ``extra`` over the mouth region the lip-sync probe reads."""
-    t, b, left, r = (round(f * size) for f in CROP)
-    w = torch.ones(size, size)
-    w[t:b, left:r] += extra
-    return w
 
 
 def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator) -> tuple[int, int, int]:
@@ -65,7 +56,7 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
     size, td = v.height, v.temporal_down
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    weight_map = mouth_weight(size, mouth_extra)
+    weight_map = mouth_weight(size, size, mouth_extra)
     params = list(encoder.parameters()) + list(decoder.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
