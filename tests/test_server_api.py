@@ -316,6 +316,7 @@ async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs():
             ({"image": png(custom), "avatar": "ada"}, 400, "bad_image"),
             ({"image": png(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8))},
              413, "body_too_large"),
+            ({"image": base64.b64encode(bytes(61_000)).decode()}, 413, "image_too_large"),  # body fits, image not
         ]
         for body, status, code in cases:
             assert_error(await srv.http.post("/v1/sessions", json=body), status, code)
