@@ -49,10 +49,9 @@ WARMUP_S = 15.0
 
 
 def server_under_test(config: str, monkeypatch):
+    loopback_only(monkeypatch)  # this process's side; a spawned server restricts its own
     if os.environ.get("AVATAR_SOAK_SERVER", "process") == "inprocess":
-        loopback_only(monkeypatch)
         return running_server(make_settings(max_sessions=1), config=config)
-    loopback_only(monkeypatch)  # the client's side; the spawned server restricts its own
     return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")))
 
 
