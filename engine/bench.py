@@ -58,6 +58,7 @@ class BenchResult:
     device: str
     size: str
     steps: int
+    guidance: float
     interp: bool
     threads: int
     audio_seconds: float
@@ -135,7 +136,8 @@ def run_bench(pipe: Pipeline | PuppetPipeline, seconds: float | None = None, chu
     fps = frames / max(wall - reference_s, 1e-9)
     h, w = pipe.frame_size
     return BenchResult(
-        config=cfg.name, device=pipe.device, size=f"{w}x{h}", steps=pipe.steps, interp=cfg.schedule.interp,
+        config=cfg.name, device=pipe.device, size=f"{w}x{h}", steps=pipe.steps, guidance=cfg.audio_guidance,
+        interp=cfg.schedule.interp,
         threads=torch.get_num_threads(), audio_seconds=round(seconds, 3), frames=frames,
         chunks=session.chunks_run, wall_s=wall, reference_s=reference_s,
         first_frame_s=first_frame or float("nan"), first_frame_live_s=first_live or float("nan"),
@@ -149,7 +151,8 @@ def run_bench(pipe: Pipeline | PuppetPipeline, seconds: float | None = None, chu
 def format_result(r: BenchResult) -> str:
     mb = 1 / 2**20
     rows = [
-        ("config", f"{r.config} ({r.size}, {r.steps} steps, interp {'on' if r.interp else 'off'})"),
+        ("config", f"{r.config} ({r.size}, {r.steps} steps, guidance {r.guidance:g}, "
+                   f"interp {'on' if r.interp else 'off'})"),
         ("device / threads", f"{r.device} / {r.threads}"),
         ("audio", f"{r.audio_seconds:.1f} s -> {r.frames} frames, {r.chunks} chunks"),
         ("reference encode", f"{r.reference_s * 1000:.0f} ms"),

@@ -19,6 +19,8 @@ class CliError(Exception):
 def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="tiny", choices=sorted(CONFIGS), help="engine config (default tiny)")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
+    p.add_argument("--guidance", type=float, default=None,
+                   help="audio guidance against silence, 1 = off (default: the config's)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("--no-interp", action="store_true", help="switch the I-chunk seam pass off")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
@@ -32,7 +34,7 @@ def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --hel
     if args.steps is not None and not 1 <= args.steps <= 8:
         raise CliError(f"--steps must be in 1..8, got {args.steps}")
     try:
-        return Pipeline.from_config(args.config, device=args.device, steps=args.steps,
+        return Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
                                     interp=not args.no_interp, weights=args.weights, threads=args.threads)
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CliError(str(exc).strip("'\"")) from None

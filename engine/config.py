@@ -100,11 +100,16 @@ class EngineConfig:
     shift: float = 3.0
     dtype: str = "auto"  # compute dtype for DiT, SR and decoder: auto = bf16 on CUDA, fp32 on CPU
     context_sigma: float = 0.05  # noise level given to history/anchor latents (matches training)
+    # Guidance against silence: v = v(silence) + g * (v(audio) - v(silence)). g > 1 pushes the
+    # mouth further from its silent pose (one batched pass of two); 1 turns it off.
+    audio_guidance: float = 1.0
 
     def __post_init__(self) -> None:
         for steps in (self.steps, self.interp_steps):
             if not 1 <= steps <= 8:
                 raise ValueError(f"steps must be in 1..8, got {steps}")
+        if not 0.0 <= self.audio_guidance <= 10.0:
+            raise ValueError(f"audio_guidance must be in 0..10, got {self.audio_guidance}")
         if self.audio.sample_rate % self.fps:
             raise ValueError("sample_rate must be a multiple of fps")
         h, w = self.vae.latent_hw

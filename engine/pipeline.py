@@ -76,7 +76,7 @@ class Pipeline(ConfiguredEngine):
     def from_config(
         cls, name: str | EngineConfig = "tiny", device: str = "cpu", steps: int | None = None,
         interp: bool = True, weights: str | Path | None = None, threads: int | None = None,
-        dtype: str | None = None, seed: int = 0,
+        dtype: str | None = None, seed: int = 0, guidance: float | None = None,
     ) -> Pipeline | PuppetPipeline:
         """Build a pipeline; weights come from ``weights`` (a folder), else the bundled
         ``engine/weights/<config>/``, else a fixed seed. The ``puppet`` config gives the
@@ -86,12 +86,15 @@ class Pipeline(ConfiguredEngine):
         if config.name == PUPPET:
             from engine.puppet.engine import PuppetPipeline
 
-            return PuppetPipeline.from_config(config, device=device, steps=steps, weights=weights, dtype=dtype)
+            return PuppetPipeline.from_config(config, device=device, steps=steps, weights=weights, dtype=dtype,
+                                              guidance=guidance)
         config = config.with_schedule(interp=interp)
         if dtype is not None:
             config = config.replace(dtype=dtype)
         if steps is not None:
             config = config.replace(steps=steps)
+        if guidance is not None:
+            config = config.replace(audio_guidance=guidance)
         if threads is not None:
             torch.set_num_threads(threads)
         if device.startswith("cuda") and not torch.cuda.is_available():

@@ -384,3 +384,34 @@ def test_a2v_holds_anchors_clean_and_runs_the_step_grid() -> None:
             assert torch.equal(x[0, side], clean[0, side])  # ... and unchanged
         assert torch.allclose(t[0, a:f - a], torch.full((f - 2 * a,), expect))
     assert out.history is None and out.latents.shape[0] == i_plan.generate[1] - i_plan.generate[0]
+
+
+def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(speech) -> None:
+    """With one sampling step the chunk is linear in the velocity, so the guided chunk must be
+    the silent chunk plus g times (spoken - silent); the silence tokens are what ContextGen
+    gives for real digital silence."""
+    g = 3.0
+    base = get_config("micro").replace(steps=1)
+    guided_cfg = base.replace(audio_guidance=g)
+    models = living_models("micro", seed=9)
+    gen = ContextGen(guided_cfg, models.audio)
+    plan = ChunkSchedule(base.schedule).n_chunk(1)
+    lo, hi = gen.audio_span(plan.span).samples
+    pcm = speech(2.0, seed=3)
+    ctx = gen(ContextRequest(plan.span, zero_padded(pcm, lo, hi), seed=4))
+    assert ctx.silence_tokens is not None and ctx.silence_tokens.shape == (1, 1, *ctx.audio_tokens.shape[2:])
+    quiet = gen(ContextRequest(plan.span, np.zeros(hi - lo, np.float32), seed=4))
+    assert torch.allclose(quiet.audio_tokens[:, 1:], ctx.silence_tokens.expand_as(quiet.audio_tokens[:, 1:]),
+                          atol=1e-5)
+    assert ContextGen(base, models.audio)(ContextRequest(plan.span, zero_padded(pcm, lo, hi), 4)).silence_tokens is None
+    ref = models.dit.encode_reference(torch.randn(1, base.vae.latent_channels, 2, 2))
+    silent_ctx = ChunkContext(ctx.span, ctx.silence_tokens.expand_as(ctx.audio_tokens), ctx.noise)
+    spoken = AudioToVideo(base, models.dit)(A2VInput(plan, ctx, ref)).latents
+    silent = AudioToVideo(base, models.dit)(A2VInput(plan, silent_ctx, ref)).latents
+    spy = DiTSpy(models.dit)
+    out = AudioToVideo(guided_cfg, spy)(A2VInput(plan, ctx, ref))  # type: ignore[arg-type]
+    assert (spoken - silent).abs().max() > 1e-3  # the audio matters, so the check below has teeth
+    assert torch.allclose(out.latents, silent + g * (spoken - silent), atol=1e-4)
+    assert spy.calls[0][0].shape[0] == 2 and len(spy.calls) == 2  # one batched step, then the K/V pass
+    with pytest.raises(ValueError, match="audio_guidance"):
+        base.replace(audio_guidance=-1.0)

@@ -15,6 +15,10 @@ from engine.config import AudioConfig, EngineConfig
 from engine.modules.base import Module
 
 
+FLOOR_LOG10 = -8.0
+SILENCE_LEVEL = (FLOOR_LOG10 + 4.0) / 4.0  # what LogMel gives for digital silence
+
+
 class LogMel:
     """Log-mel frames centred at multiples of ``hop`` samples; no learned weights."""
 
@@ -37,7 +41,7 @@ class LogMel:
         frames = samples.float().unfold(0, c.n_fft, c.hop) * self.window
         power = torch.fft.rfft(frames, dim=-1).abs().pow(2)
         mel = power @ self.filters
-        log_mel = torch.log10(mel.clamp_min(1e-10)).clamp_min(-8.0)
+        log_mel = torch.log10(mel.clamp_min(1e-10)).clamp_min(FLOOR_LOG10)
         return (log_mel + 4.0) / 4.0
 
 

@@ -46,13 +46,14 @@ class PuppetPipeline(ConfiguredEngine):
 
     @classmethod
     def from_config(cls, name: str | EngineConfig = PUPPET, device: str = "cpu", steps: int | None = None,
-                    weights: str | Path | None = None, dtype: str | None = None) -> PuppetPipeline:
+                    weights: str | Path | None = None, dtype: str | None = None,
+                    guidance: float | None = None) -> PuppetPipeline:
         """``Pipeline.from_config``'s puppet branch: settings that only mean something for a
         learned model fail clearly instead of being silently ignored."""
         config = get_config(name) if isinstance(name, str) else name
         if device != "cpu":
             raise ValueError(f"the puppet engine draws on the CPU; got device {device!r}")
-        for flag, value in (("steps", steps), ("weights", weights), ("dtype", dtype)):
+        for flag, value in (("steps", steps), ("weights", weights), ("dtype", dtype), ("guidance", guidance)):
             if value is not None:
                 raise ValueError(f"the puppet engine has no model: {flag} does not apply")
         return cls(config)

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import EngineConfig
-from engine.modules.dit import A2VDiT, KVBlock
+from collections.abc import Callable
+
+from engine.modules.dit import A2VDiT, AttnContext, KVBlock
 from engine.sampler import noised, sample
 from engine.schedule import ChunkPlan
 from engine.stages.context_gen import ChunkContext
@@ -46,6 +48,25 @@ class AudioToVideo:
         _, kv = self.dit(x, t_ctx, audio[:, first:], start, self.dit.context(start, reference, None))
         return KVBlock.concat(history, kv).keep_last_frames(window)
 
+    def _velocity(self, audio: torch.Tensor, silence: torch.Tensor | None, s0: int,
+                  ctx: AttnContext) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The sampler's velocity: the DiT on this chunk's audio or, with guidance, the
+        guided mix of it and the DiT on silence (both in one batch of two)."""
+        g = self.config.audio_guidance
+        if g == 1.0:
+            return lambda x, t: self.dit(x, t, audio, s0, ctx)[0]
+        if silence is None:
+            raise ValueError("audio guidance needs the context's silence tokens")
+        pair_audio = torch.cat([audio, silence.to(audio.device).expand_as(audio)])
+        pair_ctx = AttnContext(ctx.k.expand(-1, 2, -1, -1, -1), ctx.v.expand(-1, 2, -1, -1, -1), ctx.base)
+
+        def guided(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            v = self.dit(torch.cat([x, x]), torch.cat([t, t]), pair_audio, s0, pair_ctx)[0]
+            spoken, silent = v.chunk(2)
+            return silent + g * (spoken - silent)
+
+        return guided
+
     def __call__(self, inp: A2VInput) -> A2VOutput:
         plan, dev = inp.plan, self.dit.device
         s0, s1 = plan.span
@@ -66,10 +87,7 @@ class AudioToVideo:
         history = inp.history if plan.kind == "N" else None
         with torch.inference_mode():
             ctx = self.dit.context(s0, inp.reference, history)
-
-            def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-                return self.dit(x, t, audio, s0, ctx)[0]
-
+            velocity = self._velocity(audio, inp.context.silence_tokens, s0, ctx)
             steps = self.steps if plan.kind == "N" else min(self.steps, self.config.interp_steps)
             x0 = sample(velocity, start, fixed, sigma, steps, self.config.shift)
             g0, g1 = plan.generate

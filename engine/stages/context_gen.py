@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.modules.audio_encoder import AudioEncoder, LogMel
+from engine.modules.audio_encoder import SILENCE_LEVEL, AudioEncoder, LogMel
 from engine.modules.vae import latent_frames
 
 
@@ -33,6 +33,7 @@ class ChunkContext:
     span: tuple[int, int]
     audio_tokens: torch.Tensor  # (1, F, A, Da)
     noise: torch.Tensor  # (1, F, c, h, w) low-res latent noise
+    silence_tokens: torch.Tensor | None = None  # (1, 1, A, Da): what silence sounds like, for guidance
 
 
 class ContextGen:
@@ -60,11 +61,17 @@ class ContextGen:
         mel = self.mel(torch.from_numpy(req.audio))  # (mel_count, bins)
         step = self.config.vae.temporal_down * self.mel_per_frame
         windows = mel.unfold(0, self.window, step).transpose(1, 2)  # (F, window, bins)
+        guided = self.config.audio_guidance != 1.0
+        if guided:  # one more window, of the log-mel floor, in the same encoder batch
+            windows = torch.cat([windows, torch.full_like(windows[:1], SILENCE_LEVEL)])
         with torch.inference_mode():
             tokens = self.encoder(windows[None].to(self.encoder.device))
+        silence = None
+        if guided:
+            tokens, silence = tokens[:, :-1], tokens[:, -1:]
         f = req.span[1] - req.span[0]
         lh, lw = self.config.vae.latent_hw
         lr = self.config.dit.lr_factor
         gen = torch.Generator().manual_seed(req.seed)
         noise = torch.randn(1, f, self.config.vae.latent_channels, lh // lr, lw // lr, generator=gen)
-        return ChunkContext(req.span, tokens, noise)
+        return ChunkContext(req.span, tokens, noise, silence)

@@ -32,6 +32,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--dit-steps", type=int, default=2000)
     p.add_argument("--sr-steps", type=int, default=600)
     p.add_argument("--dit-lr", type=float, default=1e-3, help="peak learning rate of the DiT (one-cycle)")
+    p.add_argument("--mouth-weight", type=float, default=4.0,
+                   help="extra weight of the mouth region in the DiT loss (0: uniform)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -106,10 +108,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             from engine.train.dit import train_dit
 
             data = load_latent_set(latent_path)
-            losses = train_dit(models.dit, models.audio, data, args.dit_steps, args.seed, lr=args.dit_lr)
+            losses = train_dit(models.dit, models.audio, data, args.dit_steps, args.seed, lr=args.dit_lr,
+                               mouth_extra=args.mouth_weight)
             models.dit.save(out / "dit.safetensors")
             models.audio.save(out / "audio.safetensors")
-            record("dit", t0, steps=args.dit_steps, lr=args.dit_lr, final_loss=tail_mean(losses, 100))
+            record("dit", t0, steps=args.dit_steps, lr=args.dit_lr, mouth_weight=args.mouth_weight,
+                   final_loss=tail_mean(losses, 100))
         elif stage == "sr":
             from engine.train.sr import train_sr
 
