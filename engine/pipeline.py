@@ -53,6 +53,13 @@ def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
     return x.clamp(-1, 1)
 
 
+def warm_up(pipe: Pipeline | PuppetPipeline, chunks: int = 2) -> int:
+    """Run a short silent session and discard it, so the first real session does not pay the
+    one-time costs of a fresh process (kernel selection, allocator growth). Returns its frame count."""
+    samples = pipe.first_chunk_samples + (chunks - 1) * pipe.frames_per_chunk * pipe.config.samples_per_frame
+    return sum(1 for _ in pipe.render(np.zeros(samples, np.float32)))
+
+
 def chunk_seed(seed: int, plan: ChunkPlan) -> int:
     return (seed * 1_000_003 + plan.index * 2 + (plan.kind == "I")) % (2**63 - 1)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
@@ -21,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.avatars import avatar_names
-from engine.pipeline import Pipeline
+from engine.pipeline import Pipeline, warm_up
 from server.config import Settings
 from server.control import serve_control
 from server.errors import ApiError
@@ -32,6 +34,7 @@ from server.protocol import ErrorResponse, SessionCreate, SessionCreated, Sessio
 from server.rtc import BadOffer
 from server.tts import TTSBackend, create_backend
 
+log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 API = "/v1"
 
@@ -65,6 +68,10 @@ def create_app(
         manager = SessionManager(
             settings, preset_pipelines(base), avatar_names(), metrics, settings.default_quality, backend
         )
+        if settings.warm_up:
+            t0 = time.perf_counter()
+            frames = await asyncio.to_thread(warm_up, manager.pipelines[manager.default_preset])
+            log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
         app.state.manager = manager
         manager.start()
         try:

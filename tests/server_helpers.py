@@ -57,7 +57,7 @@ def loopback_only(monkeypatch) -> None:
 
 
 def make_settings(**overrides) -> Settings:
-    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2}
+    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2, "warm_up": False}
     base.update(overrides)
     return Settings.model_validate(base)
 

@@ -39,7 +39,7 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
 
     wav = tmp_path / "mic.wav"
     write_wav(wav)
-    async with running_server(make_settings(max_sessions=1)) as srv, async_playwright() as pw:
+    async with running_server(make_settings(max_sessions=1, warm_up=True)) as srv, async_playwright() as pw:
         context = await pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
             args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],

@@ -203,3 +203,28 @@ async def test_espeak_tts_gives_speech_at_the_engine_rate():
     assert pcm.dtype == np.float32 and 0.5 < pcm.size / SR < 3 and np.abs(pcm).max() > 0.1
     with pytest.raises(tts.TTSError):
         await tts.synthesize("Hello", SR, voice="nonexistent")
+
+
+async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCaptureFixture) -> None:
+    """At start-up the app runs one silent session through the default preset's engine (the
+    first user's first chunk then runs on warm kernels); ``warm_up: false`` skips it."""
+    import logging
+
+    from server_helpers import engine_pipeline, make_settings
+
+    from engine.pipeline import warm_up
+    from server.app import create_app
+
+    pipe = engine_pipeline("micro")
+    assert warm_up(pipe) >= 2 * pipe.frames_per_chunk
+    for enabled in (True, False):
+        caplog.clear()
+        app = create_app(make_settings(warm_up=enabled), pipe)
+        with caplog.at_level(logging.INFO, logger="server.app"):
+            async with app.router.lifespan_context(app):
+                assert app.state.manager is not None
+        warmed = [r.getMessage() for r in caplog.records if "warmed up" in r.getMessage()]
+        assert len(warmed) == (1 if enabled else 0), warmed
+        if enabled:
+            frames = int(warmed[0].split(": ")[1].split()[0])
+            assert frames >= 2 * pipe.frames_per_chunk

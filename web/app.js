@@ -147,7 +147,7 @@ function mark(name) {
 }
 
 function watchFirstFrame(video) {
-  const mark = () => {
+  const onFirst = () => {
     if (state.stats.ttffMs !== undefined) return;
     state.stats.ttffMs = performance.now() - state.startedAt;
     state.stats.ttffFromLoadMs = performance.now();
@@ -155,8 +155,8 @@ function watchFirstFrame(video) {
     $("s-ttff").textContent = `${state.stats.ttffMs.toFixed(0)} ms after Start · ${state.stats.ttffFromLoadMs.toFixed(0)} ms after page load`;
     log(`first frame after ${state.stats.ttffMs.toFixed(0)} ms`);
   };
-  if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(mark);
-  else video.addEventListener("loadeddata", mark, { once: true });
+  if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(onFirst);
+  else video.addEventListener("loadeddata", onFirst, { once: true });
 }
 
 function openControl(session) {
@@ -262,7 +262,7 @@ async function start() {
   setStatus("connecting");
   setRunning(true);
   state.startedAt = performance.now();
-  state.stats = {};
+  state.stats = { startedFromLoadMs: Math.round(state.startedAt) };
   state.speaking.clear();
   state.userSpeaking = false;
   const mode = $("mode").value;

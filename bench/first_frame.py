@@ -1,0 +1,76 @@
+"""Page load -> first decoded frame, from a cold Chromium, against ``avatar serve`` in its own process.
+
+Each run launches a new browser with a fresh profile (nothing cached), opens the demo page
+with ``?autostart=1`` and a fake microphone, and reads the page's own timings. The server
+stays up across runs, as a deployed one would.
+
+    python bench/first_frame.py --runs 5 [--threads 2] [--config tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from server_helpers import spawned_server  # noqa: E402
+from test_browser import CHROMIUM, FLAGS, write_wav  # noqa: E402
+
+
+async def one_run(url: str, folder: Path) -> dict:
+    from playwright.async_api import async_playwright
+
+    wav = folder / "mic.wav"
+    write_wav(wav)
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(folder / "profile"), executable_path=CHROMIUM, headless=True,
+            args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            await page.goto(f"{url}/?autostart=1&mode=mirror")
+            await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
+            stats = await page.evaluate("window.avatarDemo.stats")
+            await page.click("#stop")
+            await asyncio.sleep(1.0)
+        finally:
+            await context.close()
+    return {"from_load_ms": round(stats["ttffFromLoadMs"]), "start_at_ms": stats.get("startedFromLoadMs"),
+            "marks": stats.get("marks", {})}
+
+
+async def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--config", default="tiny")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    runs = []
+    async with spawned_server(args.config, threads=args.threads) as srv:
+        for i in range(args.runs):
+            with tempfile.TemporaryDirectory() as tmp:
+                run = await one_run(srv.url, Path(tmp))
+            runs.append(run)
+            print(f"run {i + 1}: page load -> first frame {run['from_load_ms']} ms "
+                  f"(start {run['start_at_ms']} ms after load; steps after start {run['marks']})", flush=True)
+        metrics = (await srv.http.get("/metrics")).text
+    ttff = [r["from_load_ms"] for r in runs]
+    server = [line for line in metrics.splitlines() if line.startswith("avatar_first_frame_seconds_")]
+    print(f"page load -> first decoded frame: median {statistics.median(ttff):.0f} ms, "
+          f"min {min(ttff)}, max {max(ttff)} over {len(ttff)} cold browsers")
+    print("\n".join(server))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "median_ms": statistics.median(ttff)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
