@@ -19,29 +19,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from browser_helpers import chromium  # noqa: E402
 from server_helpers import spawned_server  # noqa: E402
-from test_browser import CHROMIUM, FLAGS, write_wav  # noqa: E402
 
 
 async def one_run(url: str, folder: Path) -> dict:
-    from playwright.async_api import async_playwright
-
-    wav = folder / "mic.wav"
-    write_wav(wav)
-    async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(folder / "profile"), executable_path=CHROMIUM, headless=True,
-            args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
-        )
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            await page.goto(f"{url}/?autostart=1&mode=mirror")
-            await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
-            stats = await page.evaluate("window.avatarDemo.stats")
-            await page.click("#stop")
-            await asyncio.sleep(1.0)
-        finally:
-            await context.close()
+    async with chromium(folder) as (_, page):
+        await page.goto(f"{url}/?autostart=1&mode=mirror")
+        await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
+        stats = await page.evaluate("window.avatarDemo.stats")
+        await page.click("#stop")
+        await asyncio.sleep(1.0)
     return {"from_load_ms": round(stats["ttffFromLoadMs"]), "start_at_ms": stats.get("startedFromLoadMs"),
             "marks": stats.get("marks", {})}
 

@@ -2,123 +2,76 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import wave
 
 import numpy as np
 import pytest
-from server_helpers import make_settings, running_server, speech_pcm16, wait_until
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
-    "--use-fake-device-for-media-stream", "--allow-loopback-in-peer-connection",
-    "--disable-features=WebRtcHideLocalIpsWithMdns",
-]
+from browser_helpers import CHROMIUM, chromium
+from server_helpers import make_settings, running_server, wait_until
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.usefixtures("one_thread"),
-    pytest.mark.skipif(not shutil.which("chromium") and not shutil.os.path.exists(CHROMIUM),
+    pytest.mark.skipif(not shutil.which("chromium") and not os.path.exists(CHROMIUM),
                        reason="Debian chromium is not installed (.ci/run installs it)"),
 ]
 
 
-def write_wav(path, rate: int = 48_000) -> None:
-    pcm = speech_pcm16(rate)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-
-
 async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
-    from playwright.async_api import async_playwright
+    async with running_server(make_settings(max_sessions=1, warm_up=True)) as srv, \
+            chromium(tmp_path) as (_, page):
+        console: list[str] = []
+        page.on("console", lambda msg: console.append(msg.text))
+        page.on("response", lambda r: r.status >= 400 and console.append(f"{r.status} {r.url}"))
+        await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
+        await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
+        ttff_from_load = await page.evaluate("window.avatarDemo.stats.ttffFromLoadMs")
+        marks = await page.evaluate("window.avatarDemo.stats.marks")
+        (sid,) = srv.manager.sessions
+        session = srv.manager.sessions[sid]
 
-    wav = tmp_path / "mic.wav"
-    write_wav(wav)
-    async with running_server(make_settings(max_sessions=1, warm_up=True)) as srv, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
-            args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
-        )
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            console: list[str] = []
-            page.on("console", lambda msg: console.append(msg.text))
-            page.on("response", lambda r: r.status >= 400 and console.append(f"{r.status} {r.url}"))
-            await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
-            await page.wait_for_function("window.avatarDemo?.stats?.ttffMs !== undefined", timeout=30_000)
-            ttff_from_load = await page.evaluate("window.avatarDemo.stats.ttffFromLoadMs")
-            marks = await page.evaluate("window.avatarDemo.stats.marks")
-            (sid,) = srv.manager.sessions
-            session = srv.manager.sessions[sid]
+        # Video decodes continuously; the server hears the (fake) microphone.
+        await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 75", timeout=30_000)
+        stats = await page.evaluate("window.avatarDemo.stats")
+        assert stats["frameWidth"] == 256
+        assert stats["framesDropped"] <= 0.05 * stats["framesDecoded"], stats
+        assert await wait_until(lambda: session.mic_samples > 16_000 and session.mic_peak > 0.05, 10), (
+            session.mic_samples, session.mic_peak)
+        assert await page.evaluate("window.avatarDemo.stats.server?.mic_seconds ?? 0") > 0.5
 
-            # Video decodes continuously; the server hears the (fake) microphone.
-            await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 75", timeout=30_000)
-            stats = await page.evaluate("window.avatarDemo.stats")
-            assert stats["frameWidth"] == 256
-            assert stats["framesDropped"] <= 0.05 * stats["framesDecoded"], stats
-            assert await wait_until(lambda: session.mic_samples > 16_000 and session.mic_peak > 0.05, 10), (
-                session.mic_samples, session.mic_peak)
-            assert await page.evaluate("window.avatarDemo.stats.server?.mic_seconds ?? 0") > 0.5
+        errors = await page.evaluate("window.avatarDemo.events.filter(e => e.type === 'error')")
+        assert {e["code"] for e in errors} <= {"engine_overloaded"}, (errors, console)
 
-            errors = await page.evaluate("window.avatarDemo.events.filter(e => e.type === 'error')")
-            assert {e["code"] for e in errors} <= {"engine_overloaded"}, (errors, console)
-
-            await page.click("#stop")
-            assert await wait_until(lambda: not srv.manager.sessions, 10)
-            print(f"browser: page load -> first decoded frame {ttff_from_load:.0f} ms, "
-                  f"decoded {stats['framesDecoded']}, dropped {stats['framesDropped']}; steps after start (ms) {marks}")
-        finally:
-            await context.close()
+        await page.click("#stop")
+        assert await wait_until(lambda: not srv.manager.sessions, 10)
+        print(f"browser: page load -> first decoded frame {ttff_from_load:.0f} ms, "
+              f"decoded {stats['framesDecoded']}, dropped {stats['framesDropped']}; steps after start (ms) {marks}")
 
 
 async def test_refused_microphone_gets_a_clear_message_and_leaves_no_session(tmp_path):
-    from playwright.async_api import async_playwright
-
-    flags = [f for f in FLAGS if f != "--use-fake-ui-for-media-stream"] + ["--deny-permission-prompts"]
-    async with running_server() as srv, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=flags)
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
-            await page.wait_for_function("document.querySelector('#message').textContent.length > 0",
-                                         timeout=15_000)
-            assert "Microphone access was refused" in await page.text_content("#message")
-            assert await page.text_content("#status") == "error"
-            assert await wait_until(lambda: not srv.manager.sessions, 5)
-        finally:
-            await context.close()
+    async with running_server() as srv, chromium(tmp_path, deny_microphone=True) as (_, page):
+        await page.goto(f"{srv.url}/?autostart=1&mode=mirror")
+        await page.wait_for_function("document.querySelector('#message').textContent.length > 0",
+                                     timeout=15_000)
+        assert "Microphone access was refused" in await page.text_content("#message")
+        assert await page.text_content("#status") == "error"
+        assert await wait_until(lambda: not srv.manager.sessions, 5)
 
 
 async def test_own_reference_image_from_the_page(tmp_path):
     """The page's file input sends a portrait; the session uses it instead of a bundled avatar."""
-    from playwright.async_api import async_playwright
-
     from engine.media.audio_io import save_png
     from engine.puppet import Identity, reference_image
 
-    wav, portrait = tmp_path / "mic.wav", tmp_path / "me.png"
-    write_wav(wav)
+    portrait = tmp_path / "me.png"
     save_png(portrait, reference_image(Identity.sample(np.random.default_rng(777), name="me"), 256))
-    async with running_server(make_settings(max_sessions=1)) as srv, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
-            args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
-        )
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            await page.goto(f"{srv.url}/?mode=mirror")
-            await page.set_input_files("#image", str(portrait))
-            await page.click("#start")
-            await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
-            (session,) = srv.manager.sessions.values()
-            assert session.avatar is None and session.image.shape == (256, 256, 3)
-            await page.click("#stop")
-            assert await wait_until(lambda: not srv.manager.sessions, 10)
-        finally:
-            await context.close()
+    async with running_server(make_settings(max_sessions=1)) as srv, chromium(tmp_path) as (_, page):
+        await page.goto(f"{srv.url}/?mode=mirror")
+        await page.set_input_files("#image", str(portrait))
+        await page.click("#start")
+        await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
+        (session,) = srv.manager.sessions.values()
+        assert session.avatar is None and session.image.shape == (256, 256, 3)
+        await page.click("#stop")
+        assert await wait_until(lambda: not srv.manager.sessions, 10)
