@@ -413,5 +413,12 @@ def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(sp
     assert (spoken - silent).abs().max() > 1e-3  # the audio matters, so the check below has teeth
     assert torch.allclose(out.latents, silent + g * (spoken - silent), atol=1e-4)
     assert spy.calls[0][0].shape[0] == 2 and len(spy.calls) == 2  # one batched step, then the K/V pass
+    for guided_steps in (1, 2):  # only the first ``guidance_steps`` of 3 steps pay for the silent pass
+        spy.calls.clear()
+        cfg = guided_cfg.replace(steps=3, guidance_steps=guided_steps)
+        AudioToVideo(cfg, spy)(A2VInput(plan, ctx, ref))  # type: ignore[arg-type]
+        assert [x.shape[0] for x, _ in spy.calls] == [2] * guided_steps + [1] * (4 - guided_steps)
     with pytest.raises(ValueError, match="audio_guidance"):
         base.replace(audio_guidance=-1.0)
+    with pytest.raises(ValueError, match="guidance_steps"):
+        base.replace(guidance_steps=0)

@@ -14,7 +14,6 @@ from transformers import WhisperFeatureExtractor
 from engine.config import AudioConfig, EngineConfig
 from engine.modules.base import Module
 
-
 FLOOR_LOG10 = -8.0
 SILENCE_LEVEL = (FLOOR_LOG10 + 4.0) / 4.0  # what LogMel gives for digital silence
 

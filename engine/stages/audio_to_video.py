@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from engine.config import EngineConfig
-from collections.abc import Callable
-
 from engine.modules.dit import A2VDiT, AttnContext, KVBlock
 from engine.sampler import noised, sample
 from engine.schedule import ChunkPlan
@@ -50,17 +50,25 @@ class AudioToVideo:
 
     def _velocity(self, audio: torch.Tensor, silence: torch.Tensor | None, s0: int,
                   ctx: AttnContext) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """The sampler's velocity: the DiT on this chunk's audio or, with guidance, the
-        guided mix of it and the DiT on silence (both in one batch of two)."""
+        """The sampler's velocity for one chunk: the DiT on this chunk's audio, except that the
+        first ``guidance_steps`` calls return the guided mix of it and the DiT on silence (both
+        in one batch of two)."""
         g = self.config.audio_guidance
+
+        def plain(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return self.dit(x, t, audio, s0, ctx)[0]
+
         if g == 1.0:
-            return lambda x, t: self.dit(x, t, audio, s0, ctx)[0]
+            return plain
         if silence is None:
             raise ValueError("audio guidance needs the context's silence tokens")
         pair_audio = torch.cat([audio, silence.to(audio.device).expand_as(audio)])
         pair_ctx = AttnContext(ctx.k.expand(-1, 2, -1, -1, -1), ctx.v.expand(-1, 2, -1, -1, -1), ctx.base)
+        calls = itertools.count()
 
         def guided(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            if next(calls) >= self.config.guidance_steps:
+                return plain(x, t)
             v = self.dit(torch.cat([x, x]), torch.cat([t, t]), pair_audio, s0, pair_ctx)[0]
             spoken, silent = v.chunk(2)
             return silent + g * (spoken - silent)
