@@ -418,6 +418,13 @@ def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(sp
         cfg = guided_cfg.replace(steps=3, guidance_steps=guided_steps)
         AudioToVideo(cfg, spy)(A2VInput(plan, ctx, ref))  # type: ignore[arg-type]
         assert [x.shape[0] for x, _ in spy.calls] == [2] * guided_steps + [1] * (4 - guided_steps)
+    spy.calls.clear()  # I chunks sit between guided anchors: they run unguided
+    i_plan = ChunkSchedule(base.schedule).i_chunk(1)
+    lo, hi = gen.audio_span(i_plan.span).samples
+    i_ctx = gen(ContextRequest(i_plan.span, zero_padded(pcm, lo, hi), seed=5))
+    anchors = torch.randn(i_plan.span[1] - i_plan.span[0], *i_ctx.noise.shape[2:])
+    AudioToVideo(guided_cfg, spy)(A2VInput(i_plan, i_ctx, ref, None, anchors))  # type: ignore[arg-type]
+    assert spy.calls and all(x.shape[0] == 1 for x, _ in spy.calls)
     with pytest.raises(ValueError, match="audio_guidance"):
         base.replace(audio_guidance=-1.0)
     with pytest.raises(ValueError, match="guidance_steps"):

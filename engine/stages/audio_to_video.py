@@ -50,18 +50,16 @@ class AudioToVideo:
 
     def _velocity(self, audio: torch.Tensor, silence: torch.Tensor | None, s0: int,
                   ctx: AttnContext) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """The sampler's velocity for one chunk: the DiT on this chunk's audio, except that the
-        first ``guidance_steps`` calls return the guided mix of it and the DiT on silence (both
-        in one batch of two)."""
+        """The sampler's velocity for one chunk: the DiT on this chunk's audio, except that, given
+        ``silence`` tokens, the first ``guidance_steps`` calls return the guided mix of it and the
+        DiT on silence (both in one batch of two)."""
         g = self.config.audio_guidance
 
         def plain(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             return self.dit(x, t, audio, s0, ctx)[0]
 
-        if g == 1.0:
+        if g == 1.0 or silence is None:
             return plain
-        if silence is None:
-            raise ValueError("audio guidance needs the context's silence tokens")
         pair_audio = torch.cat([audio, silence.to(audio.device).expand_as(audio)])
         pair_ctx = AttnContext(ctx.k.expand(-1, 2, -1, -1, -1), ctx.v.expand(-1, 2, -1, -1, -1), ctx.base)
         calls = itertools.count()
@@ -95,7 +93,8 @@ class AudioToVideo:
         history = inp.history if plan.kind == "N" else None
         with torch.inference_mode():
             ctx = self.dit.context(s0, inp.reference, history)
-            velocity = self._velocity(audio, inp.context.silence_tokens, s0, ctx)
+            guided = plan.kind == "N"  # I chunks sit between guided anchors and only smooth the seam
+            velocity = self._velocity(audio, inp.context.silence_tokens if guided else None, s0, ctx)
             steps = self.steps if plan.kind == "N" else min(self.steps, self.config.interp_steps)
             x0 = sample(velocity, start, fixed, sigma, steps, self.config.shift)
             g0, g1 = plan.generate
