@@ -42,7 +42,7 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     runs = []
-    async with spawned_server(args.config, threads=args.threads) as srv:
+    async with spawned_server(args.config, threads=args.threads, log_level="info") as srv:
         for i in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 run = await one_run(srv.url, Path(tmp))

@@ -56,6 +56,10 @@ def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
 def warm_up(pipe: Pipeline | PuppetPipeline, chunks: int = 2) -> int:
     """Run a short silent session and discard it, so the first real session does not pay the
     one-time costs of a fresh process (kernel selection, allocator growth). Returns its frame count."""
+    from engine.avatars import avatar_names
+
+    for name in avatar_names():  # bundled avatars' references are encoded once, here
+        pipe.open_session(avatar=name)
     samples = pipe.first_chunk_samples + (chunks - 1) * pipe.frames_per_chunk * pipe.config.samples_per_frame
     return sum(1 for _ in pipe.render(np.zeros(samples, np.float32)))
 
@@ -78,6 +82,9 @@ class Pipeline(ConfiguredEngine):
         self.sr = SuperResolutionStage(models.sr)
         self.decode = DecodeAndPublish(models.decoder, config.fps, config.audio.sample_rate)
         self.weights_loaded: list[str] = []
+        # Bundled avatars' reference encodings, made once: a session of a bundled avatar starts
+        # straight at its first chunk. Read-only once made, so sessions (threads) share them.
+        self._bundled: dict[str, ReferenceConditioning] = {}
 
     @classmethod
     def from_config(
@@ -131,6 +138,7 @@ class Pipeline(ConfiguredEngine):
             return self
         pipe = Pipeline(self.config.with_schedule(interp=interp), self.models, self.device, self.steps)
         pipe.weights_loaded = self.weights_loaded
+        pipe._bundled = self._bundled  # same models, same reference encodings
         return pipe
 
     def reference(self, image: np.ndarray) -> ReferenceConditioning:
@@ -145,11 +153,14 @@ class Pipeline(ConfiguredEngine):
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
                      seed: int = 0) -> StreamSession:
-        if image is None:
-            from engine.avatars import avatar_image
+        if image is not None:
+            return StreamSession(self, self.reference(image), seed)
+        from engine.avatars import DEFAULT_AVATAR, avatar_image
 
-            image = avatar_image(avatar, self.frame_size)
-        return StreamSession(self, self.reference(image), seed)
+        name = avatar or DEFAULT_AVATAR
+        if name not in self._bundled:
+            self._bundled[name] = self.reference(avatar_image(name, self.frame_size))
+        return StreamSession(self, self._bundled[name], seed)
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
                seed: int = 0) -> Iterator[PublishedFrame]:

@@ -109,7 +109,7 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: int = 1,
-                         startup_s: float = 60.0) -> AsyncIterator[Running]:
+                         startup_s: float = 60.0, log_level: str = "warning") -> AsyncIterator[Running]:
     """``avatar serve`` in its own process (as deployed: the client is not sharing its GIL)."""
     import os
     import subprocess
@@ -119,7 +119,7 @@ async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: i
     port = free_port()
     script = Path(__file__).with_name("serve_loopback.py")
     cmd = [sys.executable, str(script), "--port", str(port), "--config", config, "--threads", str(threads),
-           "--max-sessions", str(max_sessions), "--log-level", "warning"]
+           "--max-sessions", str(max_sessions), "--log-level", log_level]
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(cmd, env=env)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import enliven, living_models
 
+from engine.avatars import DEFAULT_AVATAR
 from engine.config import EngineConfig, get_config
 from engine.models import ModelSet
 from engine.modules.audio_encoder import AudioEncoder, LogMel
@@ -418,6 +419,9 @@ def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(sp
         cfg = guided_cfg.replace(steps=3, guidance_steps=guided_steps)
         AudioToVideo(cfg, spy)(A2VInput(plan, ctx, ref))  # type: ignore[arg-type]
         assert [x.shape[0] for x, _ in spy.calls] == [2] * guided_steps + [1] * (4 - guided_steps)
+    spy.calls.clear()  # a chunk of digital silence is its own silent prediction: no guidance pass
+    AudioToVideo(guided_cfg, spy)(A2VInput(plan, quiet, ref))  # type: ignore[arg-type]
+    assert spy.calls and all(x.shape[0] == 1 for x, _ in spy.calls)
     spy.calls.clear()  # I chunks sit between guided anchors: they run unguided
     i_plan = ChunkSchedule(base.schedule).i_chunk(1)
     lo, hi = gen.audio_span(i_plan.span).samples
@@ -429,3 +433,18 @@ def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(sp
         base.replace(audio_guidance=-1.0)
     with pytest.raises(ValueError, match="guidance_steps"):
         base.replace(guidance_steps=0)
+
+
+def test_bundled_avatar_references_are_encoded_once_and_shared() -> None:
+    """A bundled avatar's reference is encoded at its first session and reused by later ones
+    (and by the pipeline's I-chunk sibling); a custom image is encoded every time."""
+    pipe = Pipeline.from_config("micro")
+    first = pipe.open_session(seed=0)
+    again = pipe.open_session(seed=1)
+    sibling = pipe.with_interp(not pipe.config.schedule.interp).open_session(avatar=DEFAULT_AVATAR)
+    assert again.state.reference is first.state.reference is sibling.state.reference
+    image = np.full((*pipe.frame_size, 3), 90, np.uint8)
+    a, b = pipe.open_session(image=image), pipe.open_session(image=image)
+    assert a.state.reference is not b.state.reference
+    assert torch.equal(a.state.reference.hr_latent, b.state.reference.hr_latent)
+    assert not torch.equal(a.state.reference.hr_latent, first.state.reference.hr_latent)

@@ -132,12 +132,26 @@ async function chosenAvatar() {
   return { image: btoa(binary) };
 }
 
-function waitForIceGathering(pc, timeoutMs = 2000) {
+function waitForIceGathering(pc, hostOnly, timeoutMs = 2000) {
   if (pc.iceGatheringState === "complete") return Promise.resolve();
   return new Promise((resolve) => {
-    const done = () => { pc.removeEventListener("icegatheringstatechange", check); resolve(); };
+    let lull = null;
+    const done = () => {
+      clearTimeout(lull);
+      pc.removeEventListener("icegatheringstatechange", check);
+      pc.removeEventListener("icecandidate", onCandidate);
+      resolve();
+    };
     const check = () => { if (pc.iceGatheringState === "complete") done(); };
+    // Without STUN/TURN servers there are only host candidates, and they come together: a short
+    // lull after them is as good as "complete", which the browser may announce much later.
+    const onCandidate = (ev) => {
+      if (!hostOnly || !ev.candidate) return;
+      clearTimeout(lull);
+      lull = setTimeout(done, 40);
+    };
     pc.addEventListener("icegatheringstatechange", check);
+    pc.addEventListener("icecandidate", onCandidate);
     setTimeout(done, timeoutMs);
   });
 }
@@ -311,7 +325,7 @@ async function start() {
     };
     state.ws = openControl(state.session);
     await pc.setLocalDescription(await pc.createOffer());
-    await waitForIceGathering(pc);
+    await waitForIceGathering(pc, !(state.session.ice_servers || []).length);
     mark("gathered");
     const answer = await api(`/v1/sessions/${state.session.session_id}/offer`, {
       method: "POST", token: state.session.token,

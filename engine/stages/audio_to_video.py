@@ -93,8 +93,11 @@ class AudioToVideo:
         history = inp.history if plan.kind == "N" else None
         with torch.inference_mode():
             ctx = self.dit.context(s0, inp.reference, history)
-            guided = plan.kind == "N"  # I chunks sit between guided anchors and only smooth the seam
-            velocity = self._velocity(audio, inp.context.silence_tokens if guided else None, s0, ctx)
+            silence = inp.context.silence_tokens
+            # I chunks sit between guided anchors and only smooth the seam; a chunk of pure silence
+            # is its own silent prediction, so guiding it would change nothing at twice the cost.
+            guided = plan.kind == "N" and silence is not None and not _all_silent(audio, silence)
+            velocity = self._velocity(audio, silence if guided else None, s0, ctx)
             steps = self.steps if plan.kind == "N" else min(self.steps, self.config.interp_steps)
             x0 = sample(velocity, start, fixed, sigma, steps, self.config.shift)
             g0, g1 = plan.generate
@@ -103,3 +106,7 @@ class AudioToVideo:
             if plan.kind == "N":
                 new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history)
         return A2VOutput(out.cpu(), new_history)
+
+
+def _all_silent(audio: torch.Tensor, silence: torch.Tensor) -> bool:
+    return torch.allclose(audio, silence.to(audio.device).expand_as(audio), atol=1e-5)
