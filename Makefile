@@ -25,7 +25,7 @@ bench: install
 	$(VENV)/bin/avatar bench --seconds 30
 
 soak: install
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -s -m slow
 
 clean:
 	rm -rf $(VENV) build *.egg-info

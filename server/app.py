@@ -141,6 +141,7 @@ def create_app(
             "presets": sorted(m.pipelines),
             "default_preset": m.default_preset,
             "modes": ["mirror", "agent"],
+            "ice_server_count": len(settings.ice_servers),  # how many, never the credentials
             "default_mode": settings.default_mode,
             "fps": base.fps,
             "sample_rate": base.sample_rate,

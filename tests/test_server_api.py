@@ -92,12 +92,16 @@ async def test_wrong_or_missing_session_token_is_401():
 
 
 async def test_server_auth_token_guards_session_creation():
-    async with running_server(make_settings(auth_token="s3cret")) as srv:
+    turn = {"urls": ["turn:relay.example:3478"], "username": "u", "credential": "turn-pass"}
+    async with running_server(make_settings(auth_token="s3cret", ice_servers=[turn])) as srv:
         assert_error(await srv.http.post("/v1/sessions", json={}), 401, "bad_token")
         assert_error(await srv.http.post("/v1/sessions", json={}, headers=bearer("nope")), 401, "bad_token")
         res = await srv.http.post("/v1/sessions", json={}, headers=bearer("s3cret"))
         assert res.status_code == 201
-        assert (await srv.http.get("/v1/info")).json()["auth_required"] is True
+        assert res.json()["ice_servers"][0]["credential"] == "turn-pass"  # for the session's holder only
+        info = await srv.http.get("/v1/info")
+        assert info.json()["auth_required"] is True and info.json()["ice_server_count"] == 1
+        assert "turn-pass" not in info.text and "relay.example" not in info.text
 
 
 async def test_unknown_session_is_404():
@@ -279,6 +283,7 @@ async def test_health_metrics_demo_page_and_docs():
         assert (await srv.http.get("/docs")).status_code == 200
         info = (await srv.http.get("/v1/info")).json()
         assert info["fps"] == 25 and "ada" in info["avatars"] and set(info["presets"]) == {"quality", "fast"}
+        assert info["ice_server_count"] == 0  # the page may then prepare its offer before the session exists
         fast = await create(srv, quality="fast", avatar="ada")
         assert not srv.manager.sessions[fast["session_id"]].pipeline.config.schedule.interp
         assert fast["avatar"] == "ada"

@@ -271,6 +271,40 @@ function setRunning(running) {
   $("quality").disabled = running;
 }
 
+// The peer connection with its two slots (microphone out, avatar in) and a complete offer.
+async function preparePeer(iceServers) {
+  const pc = new RTCPeerConnection({ iceServers });
+  state.pc = pc;
+  const micSlot = pc.addTransceiver("audio", { direction: "sendrecv" });
+  pc.addTransceiver("video", { direction: "recvonly" });
+  const video = $("video");
+  pc.ontrack = (ev) => {
+    const stream = ev.streams[0] || (video.srcObject instanceof MediaStream ? video.srcObject : new MediaStream());
+    if (!ev.streams[0]) stream.addTrack(ev.track);
+    if (video.srcObject !== stream) {
+      video.srcObject = stream;
+      watchFirstFrame(video);
+    }
+    video.play().catch((err) => {
+      if (state.pc === pc && err.name === "NotAllowedError") showMessage("Click the video to start playback.");
+    });
+  };
+  pc.onconnectionstatechange = () => {
+    if (state.pc !== pc) return;  // a connection being torn down says nothing about the page
+    const st = pc.connectionState;
+    if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); setActivity(); }
+    if (st === "failed") {
+      setStatus("failed", "error");
+      showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
+        + "start it with a STUN/TURN server (--ice-server).", true);
+    }
+    if (st === "disconnected") showMessage("Connection interrupted… trying to recover.");
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  await waitForIceGathering(pc, !iceServers.length);
+  return { pc, micSlot };
+}
+
 async function start() {
   showMessage("");
   setStatus("connecting");
@@ -294,38 +328,14 @@ async function start() {
     });
     micOpening = openMicrophone(mode);
     micOpening.catch(() => {});  // awaited below, once the connection is under way
+    // With no STUN/TURN servers configured the session's ICE servers are known to be none, so
+    // the offer (and the browser's slow first ICE gathering) need not wait for the session.
+    const early = state.info?.ice_server_count === 0 ? preparePeer([]) : null;
+    early?.catch(() => {});  // awaited below, unless the session cannot be created
     state.session = await created;
     mark("session");
-    const pc = new RTCPeerConnection({ iceServers: state.session.ice_servers });
-    state.pc = pc;
-    const micSlot = pc.addTransceiver("audio", { direction: "sendrecv" });
-    pc.addTransceiver("video", { direction: "recvonly" });
-    const video = $("video");
-    pc.ontrack = (ev) => {
-      const stream = ev.streams[0] || (video.srcObject instanceof MediaStream ? video.srcObject : new MediaStream());
-      if (!ev.streams[0]) stream.addTrack(ev.track);
-      if (video.srcObject !== stream) {
-        video.srcObject = stream;
-        watchFirstFrame(video);
-      }
-      video.play().catch((err) => {
-        if (state.pc === pc && err.name === "NotAllowedError") showMessage("Click the video to start playback.");
-      });
-    };
-    pc.onconnectionstatechange = () => {
-      if (state.pc !== pc) return;  // a connection being torn down says nothing about the page
-      const st = pc.connectionState;
-      if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); setActivity(); }
-      if (st === "failed") {
-        setStatus("failed", "error");
-        showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
-          + "start it with a STUN/TURN server (--ice-server).", true);
-      }
-      if (st === "disconnected") showMessage("Connection interrupted… trying to recover.");
-    };
     state.ws = openControl(state.session);
-    await pc.setLocalDescription(await pc.createOffer());
-    await waitForIceGathering(pc, !(state.session.ice_servers || []).length);
+    const { pc, micSlot } = await (early || preparePeer(state.session.ice_servers || []));
     mark("gathered");
     const answer = await api(`/v1/sessions/${state.session.session_id}/offer`, {
       method: "POST", token: state.session.token,
