@@ -40,7 +40,8 @@ API = "/v1"
 
 
 def load_pipeline(settings: Settings) -> Pipeline:
-    return Pipeline.from_config(settings.config, device=settings.device, threads=settings.engine_threads)
+    return Pipeline.from_config(settings.config, device=settings.device, threads=settings.engine_threads,
+                                guidance=settings.guidance)
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -22,6 +22,7 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--config", "config", {"help": "engine config name (default tiny)"}),
     ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
     ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 2)"}),
+    ("--guidance", "guidance", {"type": float, "help": "audio guidance, 1 = off (default: the config's)"}),
     ("--max-sessions", "max_sessions", {"type": int, "help": "concurrent avatar sessions (default 2)"}),
     (
         "--ice-server",

@@ -49,6 +49,7 @@ class Settings(BaseModel):
     device: str = "cpu"
     engine_threads: int = Field(2, ge=1, description="torch threads for the engine; encoders need ~2 ms a frame")
     max_sessions: int = Field(2, ge=1)
+    guidance: float | None = Field(None, ge=0, le=10, description="audio guidance; None: the engine config's")
     warm_up: bool = Field(True, description="run a silent session at start-up so the first user's frames come fast")
     ice_servers: list[IceServer] = Field(default_factory=list)
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")

@@ -228,3 +228,16 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
         if enabled:
             frames = int(warmed[0].split(": ")[1].split()[0])
             assert frames >= 2 * pipe.frames_per_chunk
+
+
+def test_guidance_setting_reaches_the_engine() -> None:
+    from server.app import load_pipeline
+    from server.cli import FLAGS
+
+    assert ("--guidance", "guidance") in [(flag, field) for flag, field, _ in FLAGS]
+    settings = Settings.from_env({"AVATAR_GUIDANCE": "2"}, config="micro")
+    assert settings.guidance == 2.0
+    assert load_pipeline(settings).config.audio_guidance == 2.0
+    assert load_pipeline(Settings(config="micro")).config.audio_guidance == 1.0  # micro's own value
+    with pytest.raises(ValidationError):
+        Settings(guidance=-1)
