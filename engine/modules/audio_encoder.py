@@ -15,7 +15,13 @@ from engine.config import AudioConfig, EngineConfig
 from engine.modules.base import Module
 
 FLOOR_LOG10 = -8.0
-SILENCE_LEVEL = (FLOOR_LOG10 + 4.0) / 4.0  # what LogMel gives for digital silence
+
+
+def _normalise(log10_mel: torch.Tensor | float) -> torch.Tensor | float:
+    return (log10_mel + 4.0) / 4.0
+
+
+SILENCE_LEVEL = _normalise(FLOOR_LOG10)  # what LogMel gives for digital silence
 
 
 class LogMel:
@@ -41,7 +47,7 @@ class LogMel:
         power = torch.fft.rfft(frames, dim=-1).abs().pow(2)
         mel = power @ self.filters
         log_mel = torch.log10(mel.clamp_min(1e-10)).clamp_min(FLOOR_LOG10)
-        return (log_mel + 4.0) / 4.0
+        return _normalise(log_mel)
 
 
 class AudioEncoder(Module):
