@@ -27,7 +27,7 @@ from engine.modules.vae import latent_count, latent_frames
 from engine.schedule import ChunkPlan, ChunkSchedule
 from engine.stages.audio_to_video import A2VInput, AudioToVideo
 from engine.stages.context_gen import ContextGen, ContextRequest
-from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span
+from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
 
@@ -150,6 +150,25 @@ class Pipeline(ConfiguredEngine):
             kv = self.models.dit.encode_reference(lr)
             decoder = self.models.decoder.reference(x)
         return ReferenceConditioning(hr.float(), kv, decoder)
+
+    def reconstruct(self, frames: np.ndarray, image: np.ndarray, pooled: bool = False) -> np.ndarray:
+        """A real video through the autoencoder alone: (T, H, W, 3) uint8 -> the decoded frames,
+        T cut to whole latents (1 + k * temporal_down). With ``pooled`` the latents go down to
+        the resolution the DiT generates at and back up through super-resolution first.
+
+        What is lost here no generated video can have: ``avatar eval`` reports it as the
+        model's ceiling."""
+        td = self.config.vae.temporal_down
+        n = 1 + (len(frames) - 1) // td * td
+        video = torch.cat([image_to_tensor(f, *self.frame_size) for f in frames[:n]])[None].to(self.device)
+        ref = self.reference(image)
+        with torch.inference_mode():
+            hr = self.models.encoder(video)[0][0]
+            if pooled:
+                lr = pool_latents(hr, self.config.dit.lr_factor)
+                hr = self.sr(SRInput(lr, ref.hr_latent, seed=0)).latents
+            out, _ = self.models.decoder.step(hr[None], self.models.decoder.init_cache(ref.decoder))
+        return to_uint8(out[0])
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
                      seed: int = 0) -> StreamSession:

@@ -236,6 +236,8 @@ def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
     assert result["long"]["frames"] == 90 and result["long"]["identity_stability"] is not None
     assert set(result["passes"]) == {"lip_sync_r", "lip_sync_lag", "seam_ratio", "identity_stability"}
     assert "lip sync r" in format_table(result)
+    assert set(result["ceiling"]) == {"autoencoder", "through_sr"}
+    assert len(result["ceiling"]["autoencoder"]["clips_r"]) == 1 and "through the autoencoder" in format_table(result)
 
 
 def test_cli_flags_and_bad_values() -> None:

@@ -138,3 +138,12 @@ def test_avatar_train_writes_reproducible_loadable_checkpoints(tmp_path: Path) -
     assert torch.equal(trained.models.decoder.out.weight, loaded["out.weight"])
     frames = list(trained.render(np.zeros(16000, np.float32), avatar="ada"))
     assert len(frames) == 25 and frames[0].rgb.shape == (32, 32, 3)
+    # Training continued on the same folder: the card keeps the earlier run and sums the time.
+    assert avatar(["train", "--config", "micro", "--out", str(tmp_path / "a" / "micro"), "--clips", "2",
+                   "--stages", "vae,dit", "--vae-steps", "2", "--dit-steps", "2", "--threads", "1"]) == 0
+    again = json.loads((tmp_path / "a" / "micro" / "model_card.json").read_text())
+    for stage in ("vae", "dit"):
+        entry = again["stages"][stage]
+        assert entry["steps"] == 2 and entry["continued_from"] == card["stages"][stage]
+        assert entry["seconds"] >= card["stages"][stage]["seconds"]
+    assert again["stages"]["sr"] == card["stages"]["sr"]

@@ -117,12 +117,18 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
     results: dict[str, Any] = {label: {"clips": []} for label in pipelines}
     pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {label: [] for label in pipelines}
     probe_pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    learned = isinstance(first, Pipeline)
+    ceiling_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"autoencoder": [], "through_sr": []}
     for k, clip in enumerate(clips):
         states = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed)
         truth = square_crop(render_video(clip.identity, states, size), h, w)
         gt_open = np.array([s.openness for s in states], dtype=np.float32)
         reference = reference_image(clip.identity, size)
         probe_pairs.append((measure_openness(truth, reference), gt_open))
+        if learned:
+            for key, pairs_k in ceiling_pairs.items():
+                rebuilt = first.reconstruct(truth, reference, pooled=key == "through_sr")
+                pairs_k.append((measure_openness(rebuilt, reference), gt_open[: len(rebuilt)]))
         for label, pipe in pipelines.items():
             gen = generate(pipe, clip, reference, seed + k)
             if sheet is not None and k == 0 and label == next(iter(pipelines)):
@@ -142,6 +148,11 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         for key in ("seam_ratio", "psnr", "ssim", "appearance", "real_time_factor"):
             res[key] = _mean([c[key] for c in clips_out])
     results["probe_on_ground_truth"] = pooled_lip_sync(probe_pairs)
+    if learned:
+        results["ceiling"] = {
+            key: {**pooled_lip_sync(p), "clips_r": [metrics.pearson(m, t) for m, t in p]}
+            for key, p in ceiling_pairs.items()
+        }
     return results
 
 
@@ -299,6 +310,8 @@ def card_entry(result: dict[str, Any]) -> dict[str, Any]:
         label: {k: result[label][k] for k in keys} for label in ("interp", "no_interp") if label in result
     }
     entry["clips"] = len(next(v for k, v in result.items() if k in ("interp", "no_interp"))["clips"])
+    if "ceiling" in result:
+        entry["ceiling"] = result["ceiling"]
     if "long" in result:
         entry["long"] = {k: v for k, v in result["long"].items() if k != "identity_seed"}
     entry["passes"] = result["passes"]
@@ -361,6 +374,11 @@ def format_table(result: dict[str, Any]) -> str:
     probe = result.get("probe_on_ground_truth")
     if probe:
         lines.append(f"probe on the renderer's own frames: r={probe['pearson_r']:.3f} lag={probe['best_lag']:+d}")
+    ceiling = result.get("ceiling")
+    if ceiling:
+        lines.append("ceiling, the renderer's frames through the autoencoder: " + "; ".join(
+            f"{'via super-resolution' if k == 'through_sr' else 'direct'} r={c['pearson_r']:.3f} "
+            f"(clips {', '.join(f'{r:.2f}' for r in c['clips_r'])})" for k, c in ceiling.items()))
     long = result.get("long")
     if long:
         lines.append(

@@ -31,6 +31,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--vae-steps", type=int, default=2000)
     p.add_argument("--dit-steps", type=int, default=2000)
     p.add_argument("--sr-steps", type=int, default=600)
+    p.add_argument("--vae-lr", type=float, default=3e-3, help="peak learning rate of the autoencoder (one-cycle)")
     p.add_argument("--dit-lr", type=float, default=1e-3, help="peak learning rate of the DiT (one-cycle)")
     p.add_argument("--mouth-weight", type=float, default=4.0,
                    help="extra weight of the mouth region in the DiT loss (0: uniform)")
@@ -58,7 +59,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown stages {sorted(unknown)}; choose from {', '.join(STAGES)}")
     models = ModelSet.build(config, args.seed)
-    continued = set(models.load_dir(out)) & {"dit", "sr"}
+    loaded = set(models.load_dir(out))
+    continued = (loaded & {"dit", "sr"}) | ({"vae"} if {"encoder", "decoder"} <= loaded else set())
     card_path = out / "model_card.json"
     card = json.loads(card_path.read_text()) if card_path.exists() else {"config": config.name, "stages": {}}
     card["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads, {args.device}"
@@ -84,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         the earlier run, and its seconds count the total."""
         entry = {"seconds": round(time.time() - t0, 1), **info}
         earlier = card["stages"].get(stage)
-        if earlier is not None and stage in ("dit", "sr") and stage in continued:
+        if earlier is not None and stage in continued:
             entry = {**entry, "seconds": round(entry["seconds"] + earlier["seconds"], 1), "continued_from": earlier}
         card["stages"][stage] = entry
         card_path.write_text(json.dumps(card, indent=2))
@@ -95,11 +97,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if stage == "vae":
             from engine.train.vae import set_latent_stats, train_vae
 
-            losses = train_vae(models.encoder, models.decoder, get_clips(), args.vae_steps, args.seed)
+            losses = train_vae(models.encoder, models.decoder, get_clips(), args.vae_steps, args.seed,
+                               lr=args.vae_lr)
             set_latent_stats(models.encoder, models.decoder, get_clips(), args.seed)
             models.encoder.save(out / "encoder.safetensors")
             models.decoder.save(out / "decoder.safetensors")
-            record("vae", t0, steps=args.vae_steps, final_l1=tail_mean(losses, 50))
+            record("vae", t0, steps=args.vae_steps, lr=args.vae_lr, final_l1=tail_mean(losses, 50))
         elif stage == "latents":
             data = build_latent_set(models.encoder, models.audio, get_clips())
             save_latent_set(data, latent_path)
