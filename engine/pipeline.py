@@ -163,7 +163,7 @@ class Pipeline(ConfiguredEngine):
         video = torch.cat([image_to_tensor(f, *self.frame_size) for f in frames[:n]])[None].to(self.device)
         ref = self.reference(image)
         with torch.inference_mode():
-            hr = self.models.encoder(video)[0][0]
+            hr = self.models.encoder(video, image_to_tensor(image, *self.frame_size).to(self.device))[0][0]
             if pooled:
                 lr = pool_latents(hr, self.config.dit.lr_factor)
                 hr = self.sr(SRInput(lr, ref.hr_latent, seed=0)).latents

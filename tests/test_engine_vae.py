@@ -126,10 +126,11 @@ def test_encoder_latent_count_and_bad_lengths(name: str) -> None:
     td = v.temporal_down
     h, w = v.latent_hw
     gen = torch.Generator().manual_seed(1)
+    ref = torch.rand(2, 3, v.height, v.width, generator=gen) * 2 - 1
     for k in (0, 1, 2) if name == "tiny" else (0, 1, 2, 5):
         video = torch.rand(2, 1 + td * k, 3, v.height, v.width, generator=gen) * 2 - 1
         with torch.inference_mode():
-            mean, logvar = enc(video)
+            mean, logvar = enc(video, ref)
         assert mean.shape == logvar.shape == (2, k + 1, v.latent_channels, h, w)
         assert latent_count(video.shape[1], td) == k + 1
         if k == 2:
@@ -137,15 +138,41 @@ def test_encoder_latent_count_and_bad_lengths(name: str) -> None:
             bumped = video.clone()
             bumped[:, 1] = -bumped[:, 1]
             with torch.inference_mode():
-                mean2, _ = enc(bumped)
+                mean2, _ = enc(bumped, ref)
+                image = enc.encode_image(video[:, 0])
+                as_reference, _ = enc(video, video[:, 0])
+                elsewhere, _ = enc(video, -ref)
             assert torch.equal(mean2[:, 0], mean[:, 0]) and torch.equal(mean2[:, 2], mean[:, 2])
             assert not torch.equal(mean2[:, 1], mean[:, 1])
-            with torch.inference_mode():
-                image = enc.encode_image(video[:, 0])
-            assert (image - mean[:, 0]).abs().max() < 1e-5
+            # the encoder reads the frames against the reference: another reference, other latents
+            assert (image - as_reference[:, 0]).abs().max() < 1e-5
+            assert (elsewhere - mean).abs().max() > 1e-2
     for bad in (2, td, td + 2, 2 * td):
         with pytest.raises(ValueError):
-            enc(torch.zeros(1, bad, 3, v.height, v.width))
+            enc(torch.zeros(1, bad, 3, v.height, v.width), ref[:1])
+    with pytest.raises(ValueError, match="reference"):
+        enc(torch.zeros(1, 1, 3, v.height, v.width), ref)
+
+
+def test_encoder_checkpoint_without_the_reference_input_loads_with_it_off(tmp_path) -> None:
+    """An encoder saved before it read the reference difference still loads: the difference
+    channels start at zero, so it encodes exactly as before, whatever the reference."""
+    cfg = get_config("micro")
+    torch.manual_seed(0)
+    old = VAEEncoder(cfg).eval()
+    state = old.state_dict()
+    state["frames.0.weight"] = state["frames.0.weight"][:, :3].clone()
+    enc = VAEEncoder(cfg).eval()
+    enc.load_state_dict(state)
+    w = enc.frames[0].weight
+    assert w.shape[1] == VAEEncoder.INPUTS and torch.equal(w[:, :3], state["frames.0.weight"])
+    assert not w[:, 3:].any()
+    v = cfg.vae
+    video = torch.rand(1, 1 + v.temporal_down, 3, v.height, v.width) * 2 - 1
+    with torch.inference_mode():
+        a, _ = enc(video, torch.zeros(1, 3, v.height, v.width))
+        b, _ = enc(video, torch.ones(1, 3, v.height, v.width))
+    assert torch.equal(a, b)
 
 
 def test_latent_time_layout() -> None:

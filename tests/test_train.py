@@ -19,7 +19,8 @@ from engine.train.data import make_clip, mouth_weight, reference_tensor, to_tens
 from engine.train.dit import flow_loss, sample_batch
 from engine.train.latents import build_latent_set
 from engine.train.sr import sr_loss
-from engine.train.vae import vae_loss
+from engine.eval.probe import CROP
+from engine.train.vae import crop_box, vae_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MICRO = get_config("micro")
@@ -81,6 +82,19 @@ def test_one_vae_step_lowers_its_loss(clips: list) -> None:
     params = list(models.encoder.parameters()) + list(models.decoder.parameters())
     before, after = one_step_lowers(loss, params)
     assert after < before, (before, after)
+
+
+def test_mouth_crops_always_hold_the_whole_mouth_region() -> None:
+    rng = np.random.default_rng(0)
+    t, b, left, r = (f * 256 for f in CROP)
+    boxes = {crop_box(256, 128, 16, rng, mouth=True) for _ in range(200)}
+    assert len(boxes) > 1
+    for y, x, c in boxes:
+        assert y % 16 == 0 and x % 16 == 0 and c == 128
+        assert y <= t and y + c >= b and x <= left and x + c >= r, (y, x)
+    anywhere = {crop_box(256, 128, 16, rng)[:2] for _ in range(300)}
+    assert (0, 0) in anywhere and (128, 128) in anywhere
+    assert crop_box(32, 64, 8, rng, mouth=True) == (0, 0, 32)  # a crop larger than the frame is the frame
 
 
 def test_one_dit_step_lowers_its_loss_in_every_mode(clips: list) -> None:

@@ -118,9 +118,16 @@ def add_latent_stats(module: nn.Module, channels: int) -> None:
 
 
 class VAEEncoder(Module):
-    """Video/image -> latents. Used as the reference encoder and to make training targets."""
+    """Video/image -> latents. Used as the reference encoder and to make training targets.
+
+    It sees each frame next to its difference from the avatar's reference image. What
+    changes against the reference (mouth, eyes, pose) is what the latents must carry, since
+    the decoder has the reference itself; without the difference the encoder learns to
+    find a mouth by its darkness against the skin, and loses it on dark skin.
+    """
 
     kind = "vae_encoder"
+    INPUTS = 6  # the frame's RGB, then frame minus reference
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
@@ -128,7 +135,7 @@ class VAEEncoder(Module):
         if 2 ** len(v.enc_channels) != v.spatial_down:
             raise ValueError("enc_channels needs one entry per 2x downsampling")
         layers: list[nn.Module] = []
-        ch = 3
+        ch = self.INPUTS
         for out in v.enc_channels:
             layers += [nn.Conv2d(ch, out, 3, stride=2, padding=1), norm(out), nn.SiLU(),
                        nn.Conv2d(out, out, 3, padding=1), norm(out), nn.SiLU()]
@@ -136,14 +143,20 @@ class VAEEncoder(Module):
         self.frames = nn.Sequential(*layers)
         self.to_latent = nn.Conv2d(ch * v.temporal_down, 2 * v.latent_channels, 1)
         add_latent_stats(self, v.latent_channels)
+        self._register_load_state_dict_pre_hook(_frame_only_checkpoint)
 
-    def forward(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """video (B, T, 3, H, W) in [-1, 1], T = 1 + k*temporal_down -> mean, logvar (B, L, c, h, w)."""
+    def forward(self, video: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """video (B, T, 3, H, W) in [-1, 1], T = 1 + k*temporal_down, and the avatar's
+        reference (B, 3, H, W) -> mean, logvar (B, L, c, h, w)."""
         b, t, _, hh, ww = video.shape
         td = self.config.vae.temporal_down
         if (t - 1) % td:
             raise ValueError(f"video length must be 1 + k*{td}, got {t}")
-        feats = self.frames(video.reshape(b * t, 3, hh, ww).to(self.dtype))
+        if reference.shape != (b, 3, hh, ww):
+            raise ValueError(f"reference must be {(b, 3, hh, ww)}, got {tuple(reference.shape)}")
+        video = video.to(self.dtype)
+        x = torch.cat([video, video - reference.to(self.dtype)[:, None]], dim=2)
+        feats = self.frames(x.reshape(b * t, self.INPUTS, hh, ww))
         feats = feats.reshape(b, t, *feats.shape[1:])
         first = feats[:, :1].expand(b, td, *feats.shape[2:])
         grouped = torch.cat([first, feats[:, 1:]], dim=1)
@@ -155,9 +168,19 @@ class VAEEncoder(Module):
         return mean.reshape(b, n, *mean.shape[1:]), logvar.reshape(b, n, *logvar.shape[1:])
 
     def encode_image(self, image: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [-1, 1] -> the first-latent encoding (B, c, h, w)."""
-        mean, _ = self(image[:, None])
+        """(B, 3, H, W) in [-1, 1], the reference itself -> the first-latent encoding (B, c, h, w)."""
+        mean, _ = self(image[:, None], image)
         return mean[:, 0]
+
+
+def _frame_only_checkpoint(state: dict[str, torch.Tensor], prefix: str, *_: object) -> None:
+    """An encoder checkpoint from before the reference difference loads with that input off:
+    zero weights on the difference channels give exactly the old encoder, and training can
+    continue from there."""
+    key = prefix + "frames.0.weight"
+    w = state.get(key)
+    if w is not None and w.shape[1] == 3:
+        state[key] = torch.cat([w, torch.zeros_like(w)], dim=1)
 
 
 class VAEDecoder(Module):

@@ -54,8 +54,9 @@ def build_latent_set(encoder: VAEEncoder, audio_encoder: AudioEncoder, clips: li
     mel = LogMel(cfg.audio)
     out = []
     for clip in tqdm(clips, desc="latents", unit="clip"):
-        hr = encoder(to_tensor(clip.frames(0, clip.num_frames, size))[None])[0][0]
-        ref = encoder.encode_image(reference_tensor(clip.identity, size))[0]
+        image = reference_tensor(clip.identity, size)
+        hr = encoder(to_tensor(clip.frames(0, clip.num_frames, size))[None], image)[0][0]
+        ref = encoder.encode_image(image)[0]
         m, first = clip_mel(clip.audio, cfg, mel, hr.shape[0])
         out.append(LatentClip(hr, ref, m, first))
     return LatentSet(out, cfg.dit.lr_factor)

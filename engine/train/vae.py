@@ -5,10 +5,13 @@ sees ~N(0, 1) latents."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from engine.eval.probe import CROP
 from engine.modules.vae import VAEDecoder, VAEEncoder
 from engine.train.data import Clip, mouth_weight, reference_tensor, to_tensor
 
@@ -23,13 +26,22 @@ def random_window(clips: list[Clip], rng: np.random.Generator, latents: int, siz
     return to_tensor(clip.frames(lo, lo + n, size)), reference_tensor(clip.identity, size)[0]
 
 
-def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator) -> tuple[int, int, int]:
+def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator,
+             mouth: bool = False) -> tuple[int, int, int]:
     """A crop aligned to the latent grid (the autoencoder is fully convolutional and its
-    norms are per pixel, so crops train the same weights full frames use)."""
+    norms are per pixel, so crops train the same weights full frames use); with ``mouth``,
+    one that holds the whole mouth region (``engine.eval.probe.CROP``)."""
     crop = min(crop, size)
-    y = int(rng.integers(0, (size - crop) // multiple + 1)) * multiple
-    x = int(rng.integers(0, (size - crop) // multiple + 1)) * multiple
-    return y, x, crop
+    last = (size - crop) // multiple
+    if not mouth:
+        return int(rng.integers(0, last + 1)) * multiple, int(rng.integers(0, last + 1)) * multiple, crop
+
+    def start(lo: float, hi: float) -> int:
+        first = min(last, max(0, -(-(math.ceil(hi * size) - crop) // multiple)))
+        return int(rng.integers(first, max(first, min(last, int(lo * size) // multiple)) + 1)) * multiple
+
+    t, b, left, r = CROP
+    return start(t, b), start(left, r), crop
 
 
 def vae_loss(encoder: VAEEncoder, decoder: VAEDecoder, video: torch.Tensor, ref: torch.Tensor,
@@ -39,7 +51,7 @@ def vae_loss(encoder: VAEEncoder, decoder: VAEDecoder, video: torch.Tensor, ref:
 
     video (B, T, 3, h, w), ref (B, 3, h, w) the identity's reference, weight (B, 1, 1, h, w).
     """
-    mean, _ = encoder(video)
+    mean, _ = encoder(video, ref)
     z = mean + latent_noise * mean.detach().std() * torch.randn_like(mean)
     recon, _ = decoder.step(z, decoder.init_cache(decoder.reference(ref)))
     err = recon - video
@@ -49,9 +61,13 @@ def vae_loss(encoder: VAEEncoder, decoder: VAEDecoder, video: torch.Tensor, ref:
 
 def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps: int, seed: int,
               batch: int = 4, latents: int = 3, lr: float = 3e-3, latent_noise: float = 0.05,
-              latent_penalty: float = 1e-4, crop: int = 128, mouth_extra: float = 3.0) -> list[float]:
-    """Trains on grid-aligned crops to spend the CPU on more steps rather than more pixels;
-    the mouth region weighs more, since lip sync is read there."""
+              latent_penalty: float = 1e-4, crop: int = 128, mouth_extra: float = 3.0,
+              mouth_crops: float = 0.5) -> list[float]:
+    """Trains on grid-aligned crops to spend the CPU on more steps rather than more pixels.
+    Lip sync is read at the mouth, so the mouth region weighs more and a share
+    ``mouth_crops`` of the crops always hold it: the mouth is a few percent of a frame, and
+    drawing it on every kind of face (teeth and tongue on dark skin, not only a dark
+    opening on light skin) takes many more examples than the rest."""
     v = encoder.config.vae
     size, td = v.height, v.temporal_down
     rng = np.random.default_rng(seed)
@@ -68,7 +84,7 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
         videos, refs, weights = [], [], []
         for _ in range(batch):
             video, ref = random_window(clips, rng, latents, size, td)
-            y, x, c = crop_box(size, crop, v.spatial_down, rng)
+            y, x, c = crop_box(size, crop, v.spatial_down, rng, mouth=rng.random() < mouth_crops)
             videos.append(video[..., y:y + c, x:x + c])
             refs.append(ref[..., y:y + c, x:x + c])
             weights.append(weight_map[y:y + c, x:x + c])
@@ -93,7 +109,8 @@ def set_latent_stats(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip]
     encoder.latent_shift.zero_()
     encoder.latent_scale.fill_(1.0)
     v = encoder.config.vae
-    samples = [encoder(random_window(clips, rng, 5, v.height, v.temporal_down)[0][None])[0] for _ in range(16)]
+    windows = [random_window(clips, rng, 5, v.height, v.temporal_down) for _ in range(16)]
+    samples = [encoder(video[None], ref[None])[0] for video, ref in windows]
     z = torch.cat(samples, dim=1).transpose(0, 2).flatten(1)  # (c, N)
     shift, scale = z.mean(1), z.std(1).clamp_min(1e-3)
     for m in (encoder, decoder):
