@@ -27,13 +27,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--config", default="tiny")
     p.add_argument("--out", default=None, help="checkpoint folder (default engine/weights/<config>)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
-    p.add_argument("--clips", type=int, default=150, help="training clips (one identity each, ~8 s)")
-    p.add_argument("--vae-steps", type=int, default=2000)
-    p.add_argument("--dit-steps", type=int, default=2000)
-    p.add_argument("--sr-steps", type=int, default=600)
+    p.add_argument("--clips", type=int, default=120, help="training clips (one identity each, ~8 s)")
+    p.add_argument("--vae-steps", type=int, default=2200)
+    p.add_argument("--dit-steps", type=int, default=3200)
+    p.add_argument("--sr-steps", type=int, default=800)
     p.add_argument("--vae-lr", type=float, default=3e-3, help="peak learning rate of the autoencoder (one-cycle)")
     p.add_argument("--dit-lr", type=float, default=1e-3, help="peak learning rate of the DiT (one-cycle)")
-    p.add_argument("--mouth-weight", type=float, default=4.0,
+    p.add_argument("--mouth-weight", type=float, default=12.0,
                    help="extra weight of the mouth region in the DiT loss (0: uniform)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
