@@ -39,7 +39,8 @@ def module_output(name: str, module: Module, seed: int = 0) -> torch.Tensor:
             window = AudioEncoder.mel_window(cfg)
             return module(torch.randn(1, 3, window, cfg.audio.mel_bins, generator=gen))
         if name == "encoder":
-            return module(torch.rand(1, 5, 3, cfg.vae.height, cfg.vae.width, generator=gen) * 2 - 1)[0]
+            video = torch.rand(1, 5, 3, cfg.vae.height, cfg.vae.width, generator=gen) * 2 - 1
+            return module(video, torch.rand(1, 3, cfg.vae.height, cfg.vae.width, generator=gen) * 2 - 1)[0]
         if name == "dit":
             ref = module.encode_reference(torch.randn(1, c, h // lr, w // lr, generator=gen))
             x = torch.randn(1, 3, c, h // lr, w // lr, generator=gen)

@@ -36,6 +36,8 @@ def test_model_card_records_data_training_and_evaluation() -> None:
     assert sum(card["stages"][s]["seconds"] for s in card["stages"]) < 3.5 * 3600
     clips = card["evaluation"]["clips"]
     assert clips["clips"] >= 4 and all(clips["passes"][k] for k in ("lip_sync_r", "lip_sync_lag", "seam_ratio"))
+    long = card["evaluation"]["long"]
+    assert long["minutes"] >= 60 and long["identity_stability"] >= 0.95
 
 
 def test_shipped_checkpoint_lip_syncs_a_held_out_clip_without_seams() -> None:

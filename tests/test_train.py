@@ -13,13 +13,13 @@ from safetensors.torch import load_file
 
 from engine.cli import main as avatar
 from engine.config import get_config
+from engine.eval.probe import CROP
 from engine.models import ModelSet
 from engine.pipeline import Pipeline
 from engine.train.data import make_clip, mouth_weight, reference_tensor, to_tensor
 from engine.train.dit import flow_loss, sample_batch
 from engine.train.latents import build_latent_set
 from engine.train.sr import sr_loss
-from engine.eval.probe import CROP
 from engine.train.vae import crop_box, vae_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
