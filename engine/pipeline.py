@@ -151,10 +151,10 @@ class Pipeline(ConfiguredEngine):
             decoder = self.models.decoder.reference(x)
         return ReferenceConditioning(hr.float(), kv, decoder)
 
-    def reconstruct(self, frames: np.ndarray, image: np.ndarray, pooled: bool = False) -> np.ndarray:
-        """A real video through the autoencoder alone: (T, H, W, 3) uint8 -> the decoded frames,
-        T cut to whole latents (1 + k * temporal_down). With ``pooled`` the latents go down to
-        the resolution the DiT generates at and back up through super-resolution first.
+    def reconstruct(self, frames: np.ndarray, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A real video through the autoencoder alone: (T, H, W, 3) uint8 -> its decoded frames,
+        directly and after the latents went down to the resolution the DiT generates at and
+        back up through super-resolution; T is cut to whole latents (1 + k * temporal_down).
 
         What is lost here no generated video can have: ``avatar eval`` reports it as the
         model's ceiling."""
@@ -162,13 +162,13 @@ class Pipeline(ConfiguredEngine):
         n = 1 + (len(frames) - 1) // td * td
         video = torch.cat([image_to_tensor(f, *self.frame_size) for f in frames[:n]])[None].to(self.device)
         ref = self.reference(image)
+        decoder = self.models.decoder
         with torch.inference_mode():
             hr = self.models.encoder(video, image_to_tensor(image, *self.frame_size).to(self.device))[0][0]
-            if pooled:
-                lr = pool_latents(hr, self.config.dit.lr_factor)
-                hr = self.sr(SRInput(lr, ref.hr_latent, seed=0)).latents
-            out, _ = self.models.decoder.step(hr[None], self.models.decoder.init_cache(ref.decoder))
-        return to_uint8(out[0])
+            lr = pool_latents(hr, self.config.dit.lr_factor)
+            via_sr = self.sr(SRInput(lr, ref.hr_latent, seed=0)).latents
+            direct, pooled = (decoder.step(z[None], decoder.init_cache(ref.decoder))[0][0] for z in (hr, via_sr))
+        return to_uint8(direct), to_uint8(pooled)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
                      seed: int = 0) -> StreamSession:

@@ -126,8 +126,7 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         reference = reference_image(clip.identity, size)
         probe_pairs.append((measure_openness(truth, reference), gt_open))
         if learned:
-            for key, pairs_k in ceiling_pairs.items():
-                rebuilt = first.reconstruct(truth, reference, pooled=key == "through_sr")
+            for pairs_k, rebuilt in zip(ceiling_pairs.values(), first.reconstruct(truth, reference), strict=True):
                 pairs_k.append((measure_openness(rebuilt, reference), gt_open[: len(rebuilt)]))
         for label, pipe in pipelines.items():
             gen = generate(pipe, clip, reference, seed + k)
