@@ -106,6 +106,9 @@ class EngineConfig:
     # the mouth's pose, and later guided steps add cost and seams, not lip sync.
     audio_guidance: float = 1.0
     guidance_steps: int = 1
+    # Temporal deblocking (engine.stages.deblock): the share of each latent group's jump
+    # carried into the group's first frames; () turns it off.
+    deblock: tuple[float, ...] = (0.3, 0.1)
 
     def __post_init__(self) -> None:
         for steps in (self.steps, self.interp_steps):
@@ -115,6 +118,8 @@ class EngineConfig:
             raise ValueError(f"guidance_steps must be >= 1, got {self.guidance_steps}")
         if not 0.0 <= self.audio_guidance <= 10.0:
             raise ValueError(f"audio_guidance must be in 0..10, got {self.audio_guidance}")
+        if len(self.deblock) > self.vae.temporal_down or not all(0.0 <= w < 1.0 for w in self.deblock):
+            raise ValueError(f"deblock needs at most temporal_down weights in [0, 1), got {self.deblock}")
         if self.audio.sample_rate % self.fps:
             raise ValueError("sample_rate must be a multiple of fps")
         h, w = self.vae.latent_hw
@@ -143,6 +148,8 @@ class EngineConfig:
         for key, kind in parts.items():
             values = raw[key]
             raw[key] = kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        if "deblock" in raw:
+            raw["deblock"] = tuple(raw["deblock"])
         return cls(**raw)
 
 

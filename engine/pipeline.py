@@ -80,7 +80,7 @@ class Pipeline(ConfiguredEngine):
         self.context_gen = ContextGen(config, models.audio)
         self.a2v = AudioToVideo(config, models.dit, self.steps)
         self.sr = SuperResolutionStage(models.sr)
-        self.decode = DecodeAndPublish(models.decoder, config.fps, config.audio.sample_rate)
+        self.decode = DecodeAndPublish(models.decoder, config.fps, config.audio.sample_rate, config.deblock)
         self.weights_loaded: list[str] = []
         # Bundled avatars' reference encodings, made once: a session of a bundled avatar starts
         # straight at its first chunk. Read-only once made, so sessions (threads) share them.
@@ -91,11 +91,12 @@ class Pipeline(ConfiguredEngine):
         cls, name: str | EngineConfig = "tiny", device: str = "cpu", steps: int | None = None,
         interp: bool = True, weights: str | Path | None = None, threads: int | None = None,
         dtype: str | None = None, seed: int = 0, guidance: float | None = None,
+        deblock: tuple[float, ...] | None = None,
     ) -> Pipeline | PuppetPipeline:
         """Build a pipeline; weights come from ``weights`` (a folder), else the bundled
         ``engine/weights/<config>/``, else a fixed seed. The ``puppet`` config gives the
-        procedural engine: it has no model, so ``interp``, ``threads`` and ``seed`` (which
-        callers always pass) are ignored, and ``PuppetPipeline.from_config`` refuses the rest."""
+        procedural engine: it has no model, so ``interp``, ``threads``, ``seed`` and ``deblock``
+        (which callers always pass) are ignored, and ``PuppetPipeline.from_config`` refuses the rest."""
         config = get_config(name) if isinstance(name, str) else name
         if config.name == PUPPET:
             from engine.puppet.engine import PuppetPipeline
@@ -109,6 +110,8 @@ class Pipeline(ConfiguredEngine):
             config = config.replace(steps=steps)
         if guidance is not None:
             config = config.replace(audio_guidance=guidance)
+        if deblock is not None:
+            config = config.replace(deblock=tuple(deblock))
         if threads is not None:
             torch.set_num_threads(threads)
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -316,9 +319,11 @@ class StreamSession:
         f0, f1 = frame_span(lo, hi - lo, self._td)
         audio = self.audio.read(f0 * self._spf, f1 * self._spf)
         origin = self.state.latents.origins(lo, hi)
-        out = pipe.decode(DecodeInput(hr, lo, self.state.decoder, audio, self._frame_limit(), origin))
+        out = pipe.decode(DecodeInput(hr, lo, self.state.decoder, audio, self._frame_limit(), origin,
+                                      self.state.last_frame))
         self._timed("decode", t0)
         self.state.decoder = out.cache
+        self.state.last_frame = out.last
         c.published = hi
         c.frames += len(out.frames)
         return out.frames

@@ -139,10 +139,13 @@ class RollingState:
     decoder: DecoderCache
     history: KVBlock | None = None
     latents: LatentWindow | None = None
+    last_frame: torch.Tensor | None = None  # the last published frame, for temporal deblocking
     counters: Counters = field(default_factory=Counters)
 
     def nbytes(self) -> int:
         held = self.reference.nbytes() + self.decoder.nbytes()
+        if self.last_frame is not None:
+            held += self.last_frame.numel() * self.last_frame.element_size()
         if self.history is not None:
             held += self.history.nbytes()
         if self.latents is not None:

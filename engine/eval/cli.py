@@ -20,6 +20,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
     p.add_argument("--guidance", type=float, default=None,
                    help="audio guidance against silence, 1 = off (default: the config's)")
+    p.add_argument("--no-deblock", action="store_true",
+                   help="turn the temporal deblocking filter off (to see the decoder's own seams)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
@@ -42,8 +44,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
-                                weights=args.weights,
-                                threads=args.threads)
+                                weights=args.weights, threads=args.threads,
+                                deblock=() if args.no_deblock else None)
     result = evaluate(pipe, clips=args.clips, long_minutes=args.minutes, seed=args.seed, progress=not args.quiet,
                       sheet=Path(args.frames) if args.frames else None)
     print(format_table(result))
@@ -54,7 +56,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         command = (f"avatar eval --config {args.config} --clips {args.clips} --minutes {args.minutes:g} "
                    f"--seed {args.seed} --threads {args.threads} --device {args.device}"
                    + (f" --steps {args.steps}" if args.steps else "")
-                   + (f" --guidance {args.guidance:g}" if args.guidance is not None else ""))
+                   + (f" --guidance {args.guidance:g}" if args.guidance is not None else "")
+                   + (" --no-deblock" if args.no_deblock else ""))
         update_card(folder / "model_card.json", result, command)
     return 0
 

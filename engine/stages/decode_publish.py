@@ -1,8 +1,10 @@
 """DecodeAndPublish: final latents -> RGB frames with media timestamps, via the streaming
-causal VAE decoder (its cache is the only thing carried to the next call)."""
+causal VAE decoder and the temporal deblocking filter (the decoder's cache and the last
+output frame are all that is carried to the next call)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +12,7 @@ import torch
 
 from engine.frames import PublishedFrame
 from engine.modules.vae import DecoderCache, VAEDecoder, latent_frames
+from engine.stages.deblock import temporal_deblock
 
 
 @dataclass(frozen=True)
@@ -20,12 +23,14 @@ class DecodeInput:
     audio: np.ndarray  # samples for the decoded frames' span (see ``frame_span``)
     frame_limit: int | None  # frames at or past this index are not published (end of stream)
     origin: tuple[str, ...]  # producing chunk of each latent
+    previous: torch.Tensor | None = None  # the last output frame before these (deblocking)
 
 
 @dataclass(frozen=True)
 class DecodeOutput:
     frames: list[PublishedFrame]
     cache: DecoderCache
+    last: torch.Tensor | None = None  # the last output frame, the next call's ``previous``
 
 
 def frame_span(first_latent: int, count: int, temporal_down: int) -> tuple[int, int]:
@@ -48,8 +53,9 @@ def to_uint8(frames: torch.Tensor) -> np.ndarray:
 
 
 class DecodeAndPublish:
-    def __init__(self, decoder: VAEDecoder, fps: int, sample_rate: int) -> None:
+    def __init__(self, decoder: VAEDecoder, fps: int, sample_rate: int, deblock: Sequence[float] = ()) -> None:
         self.decoder = decoder
+        self.deblock = tuple(deblock)
         self.fps = fps
         self.sample_rate = sample_rate
         self.spf = sample_rate // fps
@@ -57,16 +63,17 @@ class DecodeAndPublish:
     def __call__(self, inp: DecodeInput) -> DecodeOutput:
         count = inp.latents.shape[0]
         if count == 0:
-            return DecodeOutput([], inp.cache)
-        start, end = frame_span(inp.first_latent, count, self.decoder.config.vae.temporal_down)
+            return DecodeOutput([], inp.cache, inp.previous)
+        td = self.decoder.config.vae.temporal_down
+        start, end = frame_span(inp.first_latent, count, td)
         if inp.audio.shape[0] != (end - start) * self.spf:
             raise ValueError("audio does not match the decoded frames")
         with torch.inference_mode():
             video, cache = self.decoder.step(inp.latents[None].to(self.decoder.device), inp.cache)
-        rgb = to_uint8(video[0])
-        if rgb.shape[0] != end - start:
-            raise RuntimeError(f"decoder produced {rgb.shape[0]} frames, expected {end - start}")
-        td = self.decoder.config.vae.temporal_down
+            if video.shape[1] != end - start:
+                raise RuntimeError(f"decoder produced {video.shape[1]} frames, expected {end - start}")
+            video, last = temporal_deblock(video[0], start, inp.previous, self.deblock, td)
+        rgb = to_uint8(video)
         frames = []
         for i in range(end - start):
             n = start + i
@@ -75,4 +82,4 @@ class DecodeAndPublish:
             audio = inp.audio[i * self.spf:(i + 1) * self.spf]
             origin = inp.origin[frame_latent(n, td) - inp.first_latent]
             frames.append(PublishedFrame(n, self.fps, rgb[i], audio, self.sample_rate, origin))
-        return DecodeOutput(frames, cache)
+        return DecodeOutput(frames, cache, last)
