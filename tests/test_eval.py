@@ -225,6 +225,8 @@ def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
     assert saved["long"]["command"] == "long run" and saved["long"]["frames"] == 90
     assert saved["clips"]["command"] == "short run" and saved["clips"]["clips"] == 1
     assert saved["clips"]["interp"]["lip_sync"] == result["interp"]["lip_sync"]
+    settings = {"steps": pipe.steps, "guidance": pipe.config.audio_guidance, "deblock": list(pipe.config.deblock)}
+    assert saved["clips"]["settings"] == settings and saved["long"]["settings"] == settings
     update_card(card, {**short, "interp": {**short["interp"], "clips": []}, "no_interp": {
         **short["no_interp"], "clips": []}}, "fewer clips")
     assert json.loads(card.read_text())["evaluation"]["clips"]["command"] == "short run"

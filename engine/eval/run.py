@@ -271,6 +271,8 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         "config": pipeline.config.name,
         "device": pipeline.device,
         "steps": pipeline.steps,
+        "guidance": pipeline.config.audio_guidance,
+        "deblock": list(pipeline.config.deblock),
         "frame_size": list(pipeline.frame_size),
         "weights": list(pipeline.weights_loaded),
         "seed": seed,
@@ -309,6 +311,7 @@ def card_entry(result: dict[str, Any]) -> dict[str, Any]:
         label: {k: result[label][k] for k in keys} for label in ("interp", "no_interp") if label in result
     }
     entry["clips"] = len(next(v for k, v in result.items() if k in ("interp", "no_interp"))["clips"])
+    entry["settings"] = {k: result[k] for k in ("steps", "guidance", "deblock")}
     if "ceiling" in result:
         entry["ceiling"] = result["ceiling"]
     if "long" in result:
@@ -327,7 +330,7 @@ def update_card(path: Path, result: dict[str, Any], command: str) -> None:
     evaluation = card.setdefault("evaluation", {})
     entry = card_entry(result)
     if "long" in entry:
-        evaluation["long"] = {**entry.pop("long"), "command": command}
+        evaluation["long"] = {**entry.pop("long"), "settings": entry["settings"], "command": command}
     if entry["clips"] >= evaluation.get("clips", {}).get("clips", 0):
         evaluation["clips"] = {**entry, "command": command}
     path.write_text(json.dumps(card, indent=2) + "\n")

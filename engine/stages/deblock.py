@@ -34,13 +34,14 @@ def temporal_deblock(video: torch.Tensor, first_frame: int, previous: torch.Tens
         return video, previous
     if not weights or not any(weights):
         return video, video[-1].clone()
+    w = torch.tensor(weights, dtype=video.dtype, device=video.device)[:, None, None, None]
     out = video.clone()
     last = previous
-    jump = None
-    for i, pos in enumerate(group_offsets(first_frame, video.shape[0], temporal_down)):
-        if pos == 0:
-            jump = None if last is None else last - video[i]
-        if jump is not None and pos < len(weights) and weights[pos]:
-            out[i] = video[i] + weights[pos] * jump
-        last = out[i]
+    offsets = group_offsets(first_frame, video.shape[0], temporal_down)
+    starts = [i for i, pos in enumerate(offsets) if pos == 0] + [video.shape[0]]
+    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        if last is not None:
+            n = min(hi - lo, w.shape[0])
+            out[lo:lo + n] += w[:n] * (last - video[lo])
+        last = out[hi - 1]
     return out, None if last is None else last.clone()
