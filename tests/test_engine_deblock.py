@@ -11,6 +11,7 @@ from test_engine_vae import decoder, fresh, latents
 
 from engine.config import get_config
 from engine.eval.metrics import seam_ratio
+from engine.pipeline import Pipeline
 from engine.stages.deblock import group_offsets, temporal_deblock
 from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, to_uint8
 
@@ -89,6 +90,12 @@ def test_config_rejects_bad_weights(bad: tuple[float, ...]) -> None:
 def test_config_json_round_trip_keeps_the_weights() -> None:
     config = get_config("micro").replace(deblock=(0.25,))
     assert type(config).from_json(config.to_json()) == config
+
+
+def test_the_bundled_weights_load_with_deblocking_off() -> None:
+    pipe = Pipeline.from_config("tiny", deblock=())
+    assert pipe.config.deblock == () and pipe.decode.deblock == ()
+    assert sorted(pipe.weights_loaded) == ["audio", "decoder", "dit", "encoder", "sr"]
 
 
 def test_decode_stage_publishes_deblocked_frames_and_carries_the_last_one() -> None:

@@ -67,11 +67,12 @@ class Module(nn.Module):
     def shape_signature(self, config: EngineConfig) -> object:
         """The part of a config that decides this module's tensor shapes.
 
-        Run-time knobs (sampling steps, timestep shift, guidance, compute dtype, the I-chunk pass)
-        are left out, so ``--steps``/``--guidance``/``--no-interp``/``dtype`` work with saved weights.
+        Run-time knobs (sampling steps, timestep shift, guidance, compute dtype, the I-chunk pass,
+        deblocking) are left out, so ``--steps``/``--guidance``/``--no-interp``/``dtype``/
+        ``--no-deblock`` work with saved weights.
         """
         raw = json.loads(config.to_json())
-        for key in ("steps", "interp_steps", "shift", "dtype", "audio_guidance", "guidance_steps"):
+        for key in ("steps", "interp_steps", "shift", "dtype", "audio_guidance", "guidance_steps", "deblock"):
             raw.pop(key, None)
         raw["schedule"].pop("interp", None)
         return raw

@@ -48,7 +48,7 @@ def frame_latent(n: int, temporal_down: int) -> int:
 
 def to_uint8(frames: torch.Tensor) -> np.ndarray:
     """(n, 3, H, W) in [-1, 1] -> (n, H, W, 3) uint8."""
-    x = ((frames.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    x = frames.float().add(1).mul_(127.5).clamp_(0, 255).round_().to(torch.uint8)  # one new tensor
     return x.permute(0, 2, 3, 1).contiguous().cpu().numpy()
 
 
