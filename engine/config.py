@@ -146,11 +146,13 @@ class EngineConfig:
             "vae": VAEConfig, "dit": DiTConfig, "audio": AudioConfig, "sr": SRConfig, "schedule": ScheduleConfig,
         }
         for key, kind in parts.items():
-            values = raw[key]
-            raw[key] = kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-        if "deblock" in raw:
-            raw["deblock"] = tuple(raw["deblock"])
-        return cls(**raw)
+            raw[key] = kind(**_tuples(raw[key]))
+        return cls(**_tuples(raw))
+
+
+def _tuples(values: dict) -> dict:
+    """JSON arrays back to the tuples the frozen configs hold."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
 PUPPET = "puppet"  # the config name that selects the procedural engine instead of the learned one

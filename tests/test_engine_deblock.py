@@ -11,9 +11,10 @@ from test_engine_vae import decoder, fresh, latents
 
 from engine.config import get_config
 from engine.eval.metrics import seam_ratio
+from engine.modules.vae import latent_frames
 from engine.pipeline import Pipeline
-from engine.stages.deblock import group_offsets, temporal_deblock
-from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, to_uint8
+from engine.stages.deblock import temporal_deblock
+from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TD = 4
@@ -31,13 +32,9 @@ def staircase(groups: int, seed: int = 0) -> torch.Tensor:
     return torch.stack(frames)
 
 
-def group_starts(n: int) -> list[int]:
-    return [i for i, pos in enumerate(group_offsets(0, n, TD)) if pos == 0 and i > 0]
-
-
-def test_group_offsets_follow_the_latent_layout() -> None:
-    assert group_offsets(0, 10, TD) == [0, 0, 1, 2, 3, 0, 1, 2, 3, 0]
-    assert group_offsets(5, 4, TD) == [0, 1, 2, 3]
+def group_starts(groups: int) -> list[int]:
+    """The first frame of each latent after the first (latent 0 is frame 0 alone)."""
+    return [latent_frames(g, TD)[0] for g in range(1, groups + 1)]
 
 
 def test_group_edges_carry_a_decaying_share_of_the_jump() -> None:
@@ -46,30 +43,30 @@ def test_group_edges_carry_a_decaying_share_of_the_jump() -> None:
     out, last = temporal_deblock(video, 0, None, WEIGHTS, TD)
     assert torch.equal(video, before)  # pure
     assert torch.equal(out[0], video[0])  # nothing before the stream's first frame
-    for s in group_starts(len(video)):
+    for s in group_starts(6):
         jump = out[s - 1] - video[s]
         assert torch.allclose(out[s], video[s] + 0.3 * jump, atol=1e-6)
         assert torch.allclose(out[s + 1], video[s + 1] + 0.1 * jump, atol=1e-6)
         assert torch.equal(out[s + 2], video[s + 2]) and torch.equal(out[s + 3], video[s + 3])
     assert torch.equal(last, out[-1])
     as_uint8 = [to_uint8(v) for v in (video, out)]
-    raw, eased = (seam_ratio(v, group_starts(len(video))) for v in as_uint8)
+    raw, eased = (seam_ratio(v, group_starts(6)) for v in as_uint8)
     assert raw > 5 and eased < 0.75 * raw, (raw, eased)
 
 
 def test_streaming_equals_filtering_the_whole_video() -> None:
+    """Cut into runs of whole latents, as the engine decodes them (10 latents here)."""
     video = staircase(9, seed=3)
     whole, whole_last = temporal_deblock(video, 0, None, WEIGHTS, TD)
-    for cuts in ([1, 13, 25], [5, 9, 21, 29], [1, 5, 9, 33]):
+    for cuts in ([1, 4, 7], [2, 3, 6, 8], [1, 2, 3, 9]):
         parts, last, at = [], None, 0
-        for cut in [*cuts, len(video)]:
-            part, last = temporal_deblock(video[at:cut], at, last, WEIGHTS, TD)
+        for cut in [*cuts, 10]:
+            f0, f1 = frame_span(at, cut - at, TD)
+            part, last = temporal_deblock(video[f0:f1], at, last, WEIGHTS, TD)
             parts.append(part)
             at = cut
         assert torch.allclose(torch.cat(parts), whole, atol=1e-6), cuts
         assert torch.allclose(last, whole_last)
-    with pytest.raises(ValueError, match="inside a latent group"):
-        temporal_deblock(video[2:], 2, whole[1], WEIGHTS, TD)
 
 
 def test_no_weights_is_the_identity() -> None:
@@ -113,8 +110,8 @@ def test_decode_stage_publishes_deblocked_frames_and_carries_the_last_one() -> N
         stage = DecodeAndPublish(dec, config.fps, config.audio.sample_rate, weights)
         cache, last, frames, at = fresh(dec), None, [], 0
         for size in (3, 2, 2):
-            count = (1 + td * (size - 1)) if at == 0 else td * size
-            audio = np.zeros(count * spf, dtype=np.float32)
+            f0, f1 = frame_span(at, size, td)
+            audio = np.zeros((f1 - f0) * spf, dtype=np.float32)
             out = stage(DecodeInput(z[at:at + size], at, cache, audio, None, ("N0",) * size, last))
             cache, last = out.cache, out.last
             frames += out.frames

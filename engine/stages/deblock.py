@@ -16,32 +16,28 @@ from collections.abc import Sequence
 
 import torch
 
-
-def group_offsets(first_frame: int, count: int, temporal_down: int) -> list[int]:
-    """Each frame's position inside its latent group (frame 0 is a group of its own)."""
-    return [0 if n == 0 else (n - 1) % temporal_down for n in range(first_frame, first_frame + count)]
+from engine.modules.vae import latent_frames
 
 
-def temporal_deblock(video: torch.Tensor, first_frame: int, previous: torch.Tensor | None,
+def temporal_deblock(video: torch.Tensor, first_latent: int, previous: torch.Tensor | None,
                      weights: Sequence[float], temporal_down: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """video (n, 3, H, W) decoded frames from global index ``first_frame``; ``previous`` the
-    output frame before them (None at the start of a stream) -> (filtered video, last output
-    frame). Pure: the input is not modified. Calls start at a group edge, as whole latents
-    decode."""
-    if first_frame > 0 and (first_frame - 1) % temporal_down:
-        raise ValueError(f"frame {first_frame} is inside a latent group; deblocking starts at group edges")
+    """video (n, 3, H, W): the frames of latents ``first_latent``, ``first_latent + 1``, ... as
+    the decoder returns them; ``previous`` the output frame before them (None at the start of
+    a stream) -> (filtered video, last output frame). Pure: the input is not modified."""
     if video.shape[0] == 0:
         return video, previous
-    if not weights or not any(weights):
+    if not any(weights):
         return video, video[-1].clone()
     w = torch.tensor(weights, dtype=video.dtype, device=video.device)[:, None, None, None]
     out = video.clone()
     last = previous
-    offsets = group_offsets(first_frame, video.shape[0], temporal_down)
-    starts = [i for i, pos in enumerate(offsets) if pos == 0] + [video.shape[0]]
-    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+    start = latent_frames(first_latent, temporal_down)[0]
+    g = first_latent
+    while (lo := latent_frames(g, temporal_down)[0] - start) < video.shape[0]:
+        hi = latent_frames(g, temporal_down)[1] - start
         if last is not None:
             n = min(hi - lo, w.shape[0])
             out[lo:lo + n] += w[:n] * (last - video[lo])
         last = out[hi - 1]
-    return out, None if last is None else last.clone()
+        g += 1
+    return out, last.clone()

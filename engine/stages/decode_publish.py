@@ -72,7 +72,7 @@ class DecodeAndPublish:
             video, cache = self.decoder.step(inp.latents[None].to(self.decoder.device), inp.cache)
             if video.shape[1] != end - start:
                 raise RuntimeError(f"decoder produced {video.shape[1]} frames, expected {end - start}")
-            video, last = temporal_deblock(video[0], start, inp.previous, self.deblock, td)
+            video, last = temporal_deblock(video[0], inp.first_latent, inp.previous, self.deblock, td)
         rgb = to_uint8(video)
         frames = []
         for i in range(end - start):
