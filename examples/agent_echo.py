@@ -18,8 +18,8 @@ import re
 import sys
 from collections.abc import Iterable
 
+from server.api.protocol import PlaybackFinished, PlaybackStarted, UserSpeechStarted, UserSpeechStopped
 from server.client import AvatarSession
-from server.protocol import PlaybackFinished, PlaybackStarted, UserSpeechStarted, UserSpeechStopped
 
 RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b(hi|hello|hey|good (morning|afternoon|evening))\b", re.I), "Hello! Nice to meet you."),

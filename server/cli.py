@@ -64,8 +64,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server import tts
-    from server.app import create_app, load_pipeline
+    from server.api.app import create_app, load_pipeline
+    from server.voice import tts
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

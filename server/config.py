@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from server.playout import PlayoutConfig
+from server.media.playout import PlayoutConfig
 
 ENV_PREFIX = "AVATAR_"
 Mode = Literal["mirror", "agent"]

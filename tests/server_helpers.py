@@ -21,9 +21,9 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 
 from engine.pipeline import Pipeline
-from server.app import create_app
+from server.api.app import create_app
 from server.config import Settings
-from server.tts import _read_wav
+from server.voice.tts import _read_wav
 
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
 # aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
@@ -44,7 +44,7 @@ def speech_pcm16(rate: int = 16000) -> np.ndarray:
     """A few seconds of real speech from espeak-ng, int16 mono at ``rate``."""
     import subprocess
 
-    from server.audio import float_to_pcm16, resample_pcm16
+    from server.media.audio import float_to_pcm16, resample_pcm16
 
     wav = subprocess.run(["espeak-ng", "--stdout", ESPEAK_TEXT], check=True, capture_output=True).stdout
     src_rate, pcm = _read_wav(wav)

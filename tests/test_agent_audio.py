@@ -12,10 +12,10 @@ import pytest
 from agent_helpers import PACKET_S, append_message, live_session, tone
 from server_helpers import AUDIO_HOLD_S, loopback_only, make_settings, running_server
 
-from server.mute import MutedAudio, VoiceGate
-from server.playback import PlaybackTracker
-from server.playout import AudioOut
-from server.speech import SpeechQueue
+from server.media.playout import AudioOut
+from server.voice.mute import MutedAudio, VoiceGate
+from server.voice.playback import PlaybackTracker
+from server.voice.speech import SpeechQueue
 
 SR = 16000
 

@@ -16,8 +16,8 @@ from agent_helpers import tone
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, session_tasks, wait_until
 from test_agent_vad import LEAD_S, user_wav
 
+from server.api.protocol import PlaybackFinished, PlaybackStarted, UtteranceQueued
 from server.client import AvatarError, AvatarSession
-from server.protocol import PlaybackFinished, PlaybackStarted, UtteranceQueued
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SR = 16000

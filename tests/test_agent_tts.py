@@ -12,12 +12,13 @@ import pytest
 from agent_helpers import live_session
 from server_helpers import engine_pipeline, loopback_only, make_settings, running_server
 
-from server import cli, tts
+from server import cli
+from server.api.metrics import ServerMetrics
+from server.api.protocol import ErrorEvent, UtteranceQueued
 from server.config import Settings
-from server.intake import SpeechIntake
-from server.metrics import ServerMetrics
-from server.protocol import ErrorEvent, UtteranceQueued
-from server.speech import SpeechQueue
+from server.voice import tts
+from server.voice.intake import SpeechIntake
+from server.voice.speech import SpeechQueue
 
 SR = 16000
 TEXT = "Hello there. I am a talking avatar! Do you hear me? This is the fourth sentence, and the last one."
@@ -60,7 +61,7 @@ def test_missing_backend_is_a_clear_error(monkeypatch, capsys):
         tts.create_backend("festival", SR)
     assert Settings.from_env({"AVATAR_TTS": "piper"}).tts == "piper"
     # `avatar serve` refuses to start with a backend that is not there, in one line.
-    monkeypatch.setattr("server.app.load_pipeline", lambda settings: engine_pipeline("micro"))
+    monkeypatch.setattr("server.api.app.load_pipeline", lambda settings: engine_pipeline("micro"))
     assert cli.main(["serve", "--tts", "piper", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("avatar serve: TTS backend 'piper'") and "pip install piper-tts" in err[-1]

@@ -11,8 +11,8 @@ import torch
 from agent_helpers import append_message, live_session, tone
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, speech_pcm16
 
-from server.audio import pcm16_to_float
-from server.vad import SpeechDetector, SpeechStarted, SpeechStopped
+from server.media.audio import pcm16_to_float
+from server.voice.vad import SpeechDetector, SpeechStarted, SpeechStopped
 
 SR = 16000
 LEAD_S = 3.0  # silence on the microphone before the user speaks

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from engine.frames import PublishedFrame
-from server.clock import FakeClock
-from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, PlayoutConfig, VideoOut
+from server.media.clock import FakeClock
+from server.media.playout import AudioOut, PlayoutBuffer, PlayoutClosed, PlayoutConfig, VideoOut
 
 FPS = 25
 SR = 16000

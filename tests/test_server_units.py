@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from server import tts
-from server.audio import Resampler, float_to_pcm16, pcm16_to_float, resample_pcm16
+from server.api.protocol import AudioAppend, PlaybackFinished, PlaybackStarted, Speak, client_message
 from server.config import IceServer, Settings
-from server.feeder import Feeder, SampleFifo
-from server.playback import PlaybackTracker
-from server.protocol import AudioAppend, PlaybackFinished, PlaybackStarted, Speak, client_message
-from server.speech import BacklogFull, SpeechQueue, Utterance
+from server.media.audio import Resampler, float_to_pcm16, pcm16_to_float, resample_pcm16
+from server.session.feeder import Feeder, SampleFifo
+from server.voice import tts
+from server.voice.playback import PlaybackTracker
+from server.voice.speech import BacklogFull, SpeechQueue, Utterance
 
 SR, FPS = 16_000, 25
 
@@ -213,14 +213,14 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
     from server_helpers import engine_pipeline, make_settings
 
     from engine.pipeline import warm_up
-    from server.app import create_app
+    from server.api.app import create_app
 
     pipe = engine_pipeline("micro")
     assert warm_up(pipe) >= 2 * pipe.frames_per_chunk
     for enabled in (True, False):
         caplog.clear()
         app = create_app(make_settings(warm_up=enabled), pipe)
-        with caplog.at_level(logging.INFO, logger="server.app"):
+        with caplog.at_level(logging.INFO, logger="server.api.app"):
             async with app.router.lifespan_context(app):
                 assert app.state.manager is not None
         warmed = [r.getMessage() for r in caplog.records if "warmed up" in r.getMessage()]
@@ -231,7 +231,7 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
 
 
 def test_guidance_setting_reaches_the_engine() -> None:
-    from server.app import load_pipeline
+    from server.api.app import load_pipeline
     from server.cli import FLAGS
 
     assert ("--guidance", "guidance") in [(flag, field) for flag, field, _ in FLAGS]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from server.audio import take_samples
 from server.config import Mode
-from server.speech import Segment, SpeechQueue
+from server.media.audio import take_samples
+from server.voice.speech import Segment, SpeechQueue
 
 
 class SampleFifo:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server import tts
-from server.audio import Resampler
-from server.errors import ControlError
-from server.metrics import ServerMetrics
-from server.protocol import ErrorEvent, PlaybackFinished, ServerEvent, UtteranceQueued
-from server.speech import BacklogFull, SpeechQueue, Utterance
+from server.api.errors import ControlError
+from server.api.metrics import ServerMetrics
+from server.api.protocol import ErrorEvent, PlaybackFinished, ServerEvent, UtteranceQueued
+from server.media.audio import Resampler
+from server.voice import tts
+from server.voice.speech import BacklogFull, SpeechQueue, Utterance
 
 INTAKE_QUEUE = 16
 # Containers sent where raw PCM16 is expected: refused with a hint instead of played as noise.

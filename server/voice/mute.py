@@ -16,11 +16,11 @@ the gate lets through and the playout itself is untouched.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
 
 import numpy as np
 
-from server.playout import AudioOut
+from server.media.playout import AudioOut
+from server.media.tracks import AudioSource
 
 FADE_S = 0.005
 
@@ -64,10 +64,6 @@ class VoiceGate:
         self.released_until = max(self.released_until, media_sample + pcm.size)
         if np.abs(pcm).max(initial=0) > 0:
             self.last_voiced_until = media_sample + pcm.size
-
-
-class AudioSource(Protocol):
-    async def next_audio(self) -> AudioOut: ...
 
 
 class MutedAudio:

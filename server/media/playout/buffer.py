@@ -3,7 +3,7 @@
 The engine publishes frames a chunk at a time; the browser needs one video frame every 1/fps
 and one audio packet every few ms, with audio for media time t heard while the video for t is
 shown. This module does that pacing against per-frame deadlines and nothing else (no aiortc),
-so it can be tested on a :class:`~server.clock.FakeClock`.
+so it can be tested on a :class:`~server.media.clock.FakeClock`.
 
 Timeline. ``t0`` is the clock time at which the session's first frame arrived. Output slots lie
 on fixed grids anchored at ``t0``: video slot j is due at ``t0 + j/fps``, audio packet slot i at
@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from engine.frames import PublishedFrame
-from server.clock import Clock, MonotonicClock
+from server.media.clock import Clock, MonotonicClock
 
 log = logging.getLogger(__name__)
 

@@ -20,17 +20,9 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from engine.frames import PublishedFrame
 from engine.pipeline import Pipeline
-from server.audio import float_to_pcm16
-from server.clock import MonotonicClock
-from server.config import Mode, Settings
-from server.errors import ApiError, ControlError
-from server.feeder import Feeder, SampleFifo
-from server.intake import SpeechIntake
-from server.metrics import ServerMetrics
-from server.mute import MutedAudio, VoiceGate
-from server.playback import PlaybackTracker
-from server.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
-from server.protocol import (
+from server.api.errors import ApiError, ControlError
+from server.api.metrics import ServerMetrics
+from server.api.protocol import (
     ErrorEvent,
     MetricsEvent,
     ServerEvent,
@@ -39,19 +31,23 @@ from server.protocol import (
     UserSpeechStarted,
     UserSpeechStopped,
 )
-from server.recorder import MP4Recorder
-from server.rtc import (
-    PlayoutAudioTrack,
-    PlayoutVideoTrack,
-    SyncProbe,
-    answer,
-    consume_microphone,
-    create_peer,
-)
-from server.speech import SpeechQueue
-from server.tts import TTSBackend
-from server.vad import SpeechDetector, SpeechStarted, VadConfig, VadUnavailable
-from server.worker import EngineWorker
+from server.config import Mode, Settings
+from server.media.audio import float_to_pcm16
+from server.media.clock import MonotonicClock
+from server.media.microphone import consume_microphone
+from server.media.peer import answer, create_peer
+from server.media.playout import AudioOut, PlayoutBuffer, PlayoutClosed, VideoOut
+from server.media.recorder import MP4Recorder
+from server.media.sync_probe import SyncProbe
+from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
+from server.session.feeder import Feeder, SampleFifo
+from server.session.worker import EngineWorker
+from server.voice.intake import SpeechIntake
+from server.voice.mute import MutedAudio, VoiceGate
+from server.voice.playback import PlaybackTracker
+from server.voice.speech import SpeechQueue
+from server.voice.tts import TTSBackend
+from server.voice.vad import SpeechDetector, SpeechStarted, VadConfig, VadUnavailable
 
 log = logging.getLogger(__name__)
 EVENT_QUEUE = 256

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server.audio import Resampler, float_to_pcm16
+from server.media.audio import Resampler, float_to_pcm16
 
 VAD_RATE = 16_000
 WINDOW = 512  # samples at 16 kHz: the model's only window size

@@ -17,10 +17,9 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from server.errors import ApiError, ControlError
-from server.manager import SessionManager
-from server.metrics import ServerMetrics
-from server.protocol import (
+from server.api.errors import ApiError, ControlError
+from server.api.metrics import ServerMetrics
+from server.api.protocol import (
     AudioAppend,
     AudioCommit,
     ClientMessage,
@@ -32,7 +31,8 @@ from server.protocol import (
     Speak,
     client_message,
 )
-from server.sessions import AvatarSession
+from server.session.manager import SessionManager
+from server.session.session import AvatarSession
 
 CLOSE_SESSION_ENDED = 4000
 CLOSE_BUSY = 4409

@@ -16,13 +16,13 @@ import numpy as np
 from engine.avatars import DEFAULT_AVATAR
 from engine.media.audio_io import MediaError, decode_image
 from engine.pipeline import Pipeline
+from server.api.errors import ApiError
+from server.api.metrics import ServerMetrics
+from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.errors import ApiError
-from server.metrics import ServerMetrics
-from server.protocol import SessionCreate
-from server.rtc import last_rtcp_age
-from server.sessions import AvatarSession
-from server.tts import TTSBackend
+from server.media.peer import last_rtcp_age
+from server.session.session import AvatarSession
+from server.voice.tts import TTSBackend
 
 log = logging.getLogger(__name__)
 

@@ -24,18 +24,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.avatars import avatar_names
 from engine.pipeline import Pipeline, warm_up
+from server.api.control import serve_control
+from server.api.errors import ApiError
+from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.config import Settings
-from server.control import serve_control
-from server.errors import ApiError
-from server.manager import SessionManager
-from server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from server.media.peer import BadOffer
 from server.presets import preset_pipelines
-from server.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
-from server.rtc import BadOffer
-from server.tts import TTSBackend, create_backend
+from server.session.manager import SessionManager
+from server.voice.tts import TTSBackend, create_backend
 
 log = logging.getLogger(__name__)
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 API = "/v1"
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from engine.media import piper
 from engine.media.piper import PIPER_INSTALL
-from server.audio import float_to_pcm16, resample_pcm16
+from server.media.audio import float_to_pcm16, resample_pcm16
 
 ESPEAK = "espeak-ng"
 Backend = Literal["espeak", "piper"]

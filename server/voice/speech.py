@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.audio import take_samples
+from server.media.audio import take_samples
 
 
 class BacklogFull(Exception):

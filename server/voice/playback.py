@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from server.protocol import PlaybackFinished, PlaybackStarted
+from server.api.protocol import PlaybackFinished, PlaybackStarted
 
 
 @dataclass
