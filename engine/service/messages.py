@@ -1,0 +1,161 @@
+"""What crosses the boundary between the web process and an engine worker.
+
+Small picklable dataclasses over one duplex connection per worker; pixels and audio of
+published frames do not travel here but through the session's shared-memory slots
+(``engine.service.slots``), referenced by slot number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What a session is opened with: a bundled avatar or a reference image, a seed, a preset."""
+
+    avatar: str | None = None
+    image: np.ndarray | None = None  # (H, W, 3) uint8, already decoded and size-checked
+    seed: int = 0
+    preset: str = "quality"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the web process needs to know of the engine to serve it."""
+
+    config: str
+    fps: int
+    sample_rate: int
+    frame_size: tuple[int, int]  # (height, width)
+    accepts_images: bool
+    presets: tuple[str, ...]
+    avatars: tuple[str, ...]
+    default_avatar: str
+    frames_per_chunk: int  # video frames one N chunk adds
+    step_frames: int  # video frames one step publishes at most: the credit a session needs to run
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.sample_rate // self.fps
+
+
+# ---- web process -> worker ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    session: str
+    spec: SessionSpec
+    slots_path: str
+    slot_count: int
+
+
+@dataclass(frozen=True)
+class PushAudio:
+    session: str
+    start: int  # sample index of samples[0] on the session's timeline
+    samples: np.ndarray  # float32 mono at the engine's sample rate
+
+
+@dataclass(frozen=True)
+class SilenceFrom:
+    """Interrupt: audio held by the engine from ``sample`` on becomes silence."""
+
+    session: str
+    sample: int
+
+
+@dataclass(frozen=True)
+class SetOrigin:
+    """Frame ``n`` of the session is due at ``origin + n / fps`` (monotonic clock seconds)."""
+
+    session: str
+    origin: float
+
+
+@dataclass(frozen=True)
+class ReleaseSlots:
+    session: str
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    session: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# ---- worker -> web process ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    pid: int
+    device: str
+    info: EngineInfo
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """The worker could not start (bad weights, device error): the message says why."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    session: str
+    error: str | None = None  # set when the session could not be opened (the request's fault)
+    quality_level: int = 0
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    slot: int
+    index: int  # global video frame number; pts = index / fps
+    chunk: str  # the chunk that produced it, e.g. "N3" or "I2"
+
+
+@dataclass(frozen=True)
+class FramesReady:
+    session: str
+    frames: tuple[FrameRef, ...]
+
+
+@dataclass(frozen=True)
+class QualityChanged:
+    session: str
+    level: int
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SessionFailed:
+    session: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Sent every half second; doubles as the worker's heartbeat."""
+
+    pid: int
+    device: str
+    sessions: int
+    capacity: int  # more sessions this worker can hold in real time
+    batches: int  # batches run so far: progress, for the watchdog
+    due: bool  # some session has work that can run now
+    batch_mean: float
+    chunk_ms: dict[str, float] = field(default_factory=dict)
+    quality_levels: dict[str, int] = field(default_factory=dict)  # session -> level
+    quality_changes: dict[str, int] = field(default_factory=dict)  # reason -> count
+    state_bytes: dict[str, int] = field(default_factory=dict)  # session -> bytes held between chunks
+    costs: dict = field(default_factory=dict)
