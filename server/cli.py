@@ -64,7 +64,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server.api.app import create_app, load_pipeline
+    from server.api.app import create_app
+    from server.session.engine_link import load_engine
     from server.voice import tts
 
     logging.basicConfig(
@@ -78,7 +79,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     t0 = time.perf_counter()
     try:
-        pipeline = load_pipeline(settings)
+        engine = load_engine(settings)
     except (KeyError, RuntimeError) as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
@@ -86,11 +87,11 @@ def serve(args: argparse.Namespace) -> int:
         "engine %s on %s loaded in %.1f s", settings.config, settings.device, time.perf_counter() - t0
     )
     try:
-        speech = tts.create_backend(settings.tts, pipeline.sample_rate, settings.piper_model)
+        speech = tts.create_backend(settings.tts, engine.info.sample_rate, settings.piper_model)
     except tts.TTSUnavailable as exc:
         print(f"avatar serve: TTS backend {settings.tts!r}: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings, pipeline, speech)
+    app = create_app(settings, engine, speech)
     print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
     uvicorn.run(
         app,

@@ -23,6 +23,7 @@ from aiortc.mediastreams import MediaStreamError
 from engine.pipeline import Pipeline
 from server.api.app import create_app
 from server.config import Settings
+from server.session.engine_link import Engine
 from server.voice.tts import _read_wav
 
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
@@ -37,6 +38,12 @@ def engine_pipeline(config: str = "tiny") -> Pipeline:
     """The real engine (default config ``tiny``). Tests that run it use conftest's ``one_thread``: the
     engine gets one core, the encoders and the event loop the other, and the thread count is restored."""
     return Pipeline.from_config(config, device="cpu")
+
+
+@functools.cache
+def loaded_engine(config: str = "tiny") -> Engine:
+    """The server's view of :func:`engine_pipeline` (its presets, avatars, warm-up)."""
+    return Engine(engine_pipeline(config))
 
 
 @functools.cache
@@ -80,7 +87,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def running_server(settings: Settings | None = None, config: str = "tiny") -> AsyncIterator[Running]:
     settings = settings or make_settings()
-    app = create_app(settings, engine_pipeline(config))
+    app = create_app(settings, loaded_engine(config))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             ws_max_size=settings.max_control_bytes + 4096)
     server = uvicorn.Server(config)

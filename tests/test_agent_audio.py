@@ -96,7 +96,7 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
         await asyncio.sleep(1.5)  # what was generated before the interrupt has played out by now
 
         session = srv.manager.sessions[live.id]
-        _, cut, fed = session.interrupts[-1]
+        _, cut, fed = session.voice.interrupts[-1]
         heard_s = finished["pts"] - started["pts"]
         # The event: interrupted, sent at once, and its pts is the media time playing when it came.
         assert finished["interrupted"] and t_finished - t_interrupt < 0.2
@@ -105,7 +105,7 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
         # Media latency at the server: the last packet released with any voice in it ends at most
         # 200 ms of media time after the cut (by design: one 20 ms packet), though up to `fed` had
         # already been handed to the engine (about a second more of tone).
-        last_voiced = session.voice_gate.last_voiced_until
+        last_voiced = session.voice.gate.last_voiced_until
         media_latency = (last_voiced - cut) / SR
         assert media_latency <= 0.2, media_latency
         assert (fed - cut) / SR > 0.3  # there really was audio in flight to silence

@@ -35,7 +35,8 @@ async def test_mouth_moves_while_the_utterance_plays(monkeypatch):
     async with running_server(make_settings()) as srv, live_session(srv, barge_in=False) as live:
         ev = live.events
         session = srv.manager.sessions[live.id]
-        assert session.pipeline.weights_loaded, "the tiny engine has no trained weights"
+        pipeline = srv.manager.engine.pipelines[session.link.preset]
+        assert pipeline.weights_loaded, "the tiny engine has no trained weights"
         await asyncio.sleep(3.0)  # idle: the avatar listens
         t_speak = time.monotonic()
         await ev.send({"type": "speak", "text": TEXT, "utterance_id": "talk"})

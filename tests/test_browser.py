@@ -36,8 +36,8 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
         stats = await page.evaluate("window.avatarDemo.stats")
         assert stats["frameWidth"] == 256
         assert stats["framesDropped"] <= 0.05 * stats["framesDecoded"], stats
-        assert await wait_until(lambda: session.mic_samples > 16_000 and session.mic_peak > 0.05, 10), (
-            session.mic_samples, session.mic_peak)
+        assert await wait_until(lambda: session.microphone.samples > 16_000 and session.microphone.peak > 0.05, 10), (
+            session.microphone.samples, session.microphone.peak)
         assert await page.evaluate("window.avatarDemo.stats.server?.mic_seconds ?? 0") > 0.5
 
         errors = await page.evaluate("window.avatarDemo.events.filter(e => e.type === 'error')")

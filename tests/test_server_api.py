@@ -223,11 +223,11 @@ async def test_pushed_audio_backlog_cap():
         await ws.send(json.dumps({"type": "speak", "text": "and more"}))
         assert (await next_event(ws, "error"))["code"] == "audio_backlog"
         session = srv.manager.sessions[s["session_id"]]
-        assert session.speech.pending_samples <= 16000
+        assert session.voice.speech.pending_samples <= 16000
         await ws.send(json.dumps({"type": "interrupt"}))
         finished = await next_event(ws, "playback.finished")
         assert finished == {"type": "playback.finished", "utterance_id": "full", "pts": None, "interrupted": True}
-        assert session.speech.pending_samples == 0
+        assert session.voice.speech.pending_samples == 0
 
 
 async def test_binary_audio_without_header_and_speech_in_mirror_mode_are_refused():
@@ -285,7 +285,8 @@ async def test_health_metrics_demo_page_and_docs():
         assert info["fps"] == 25 and "ada" in info["avatars"] and set(info["presets"]) == {"quality", "fast"}
         assert info["ice_server_count"] == 0  # the page may then prepare its offer before the session exists
         fast = await create(srv, quality="fast", avatar="ada")
-        assert not srv.manager.sessions[fast["session_id"]].pipeline.config.schedule.interp
+        preset = srv.manager.sessions[fast["session_id"]].link.preset
+        assert preset == "fast" and not srv.manager.engine.pipelines[preset].config.schedule.interp
         assert fast["avatar"] == "ada"
 
 
@@ -313,7 +314,7 @@ async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs():
         assert s["avatar"] is None
         session = srv.manager.sessions[s["session_id"]]
         await asyncio.wait_for(session.engine_started.wait(), 30)
-        assert session.engine is not None and session.image.shape == (200, 200, 3)
+        assert session.link.nbytes() > 0 and session.image.shape == (200, 200, 3)
         cases = [
             ({"image": "not base64!"}, 400, "bad_image"),
             ({"image": base64.b64encode(b"hello, not an image").decode()}, 400, "bad_image"),

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from server.api.protocol import AudioAppend, PlaybackFinished, PlaybackStarted, Speak, client_message
 from server.config import IceServer, Settings
 from server.media.audio import Resampler, float_to_pcm16, pcm16_to_float, resample_pcm16
-from server.session.feeder import Feeder, SampleFifo
+from server.media.microphone import SampleFifo
+from server.session.feeder import Feeder
 from server.voice import tts
 from server.voice.playback import PlaybackTracker
 from server.voice.speech import BacklogFull, SpeechQueue, Utterance
@@ -210,7 +211,7 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
     first user's first chunk then runs on warm kernels); ``warm_up: false`` skips it."""
     import logging
 
-    from server_helpers import engine_pipeline, make_settings
+    from server_helpers import engine_pipeline, loaded_engine, make_settings
 
     from engine.pipeline import warm_up
     from server.api.app import create_app
@@ -219,7 +220,7 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
     assert warm_up(pipe) >= 2 * pipe.frames_per_chunk
     for enabled in (True, False):
         caplog.clear()
-        app = create_app(make_settings(warm_up=enabled), pipe)
+        app = create_app(make_settings(warm_up=enabled), loaded_engine("micro"))
         with caplog.at_level(logging.INFO, logger="server.api.app"):
             async with app.router.lifespan_context(app):
                 assert app.state.manager is not None
@@ -231,8 +232,8 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
 
 
 def test_guidance_setting_reaches_the_engine() -> None:
-    from server.api.app import load_pipeline
     from server.cli import FLAGS
+    from server.session.engine_link import load_pipeline
 
     assert ("--guidance", "guidance") in [(flag, field) for flag, field, _ in FLAGS]
     settings = Settings.from_env({"AVATAR_GUIDANCE": "2"}, config="micro")

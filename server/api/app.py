@@ -1,6 +1,6 @@
 """The ASGI app: versioned HTTP API, control websocket, metrics, health, demo page.
 
-``create_app`` takes an already-loaded pipeline (tests, ``avatar serve`` after loading)
+``create_app`` takes an already-loaded engine (tests, ``avatar serve`` after loading)
 or loads one in its lifespan from the settings. Every error leaves as JSON
 ``{"error": {"code", "message"}}`` with the right status.
 """
@@ -22,26 +22,19 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.avatars import avatar_names
-from engine.pipeline import Pipeline, warm_up
 from server.api.control import serve_control
 from server.api.errors import ApiError
 from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.config import Settings
 from server.media.peer import BadOffer
-from server.presets import preset_pipelines
+from server.session.engine_link import Engine, load_engine
 from server.session.manager import SessionManager
 from server.voice.tts import TTSBackend, create_backend
 
 log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 API = "/v1"
-
-
-def load_pipeline(settings: Settings) -> Pipeline:
-    return Pipeline.from_config(settings.config, device=settings.device, threads=settings.engine_threads,
-                                guidance=settings.guidance)
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -55,23 +48,21 @@ def _bearer(request: Request) -> str | None:
 
 
 def create_app(
-    settings: Settings | None = None, pipeline: Pipeline | None = None, speech: TTSBackend | None = None
+    settings: Settings | None = None, engine: Engine | None = None, speech: TTSBackend | None = None
 ) -> FastAPI:
     settings = settings or Settings.from_env()
     metrics = ServerMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        base = pipeline or await asyncio.to_thread(load_pipeline, settings)
+        loaded = engine or await asyncio.to_thread(load_engine, settings)
         backend = speech or await asyncio.to_thread(
-            create_backend, settings.tts, base.sample_rate, settings.piper_model
+            create_backend, settings.tts, loaded.info.sample_rate, settings.piper_model
         )
-        manager = SessionManager(
-            settings, preset_pipelines(base), avatar_names(), metrics, settings.default_quality, backend
-        )
+        manager = SessionManager(settings, loaded, metrics, settings.default_quality, backend)
         if settings.warm_up:
             t0 = time.perf_counter()
-            frames = await asyncio.to_thread(warm_up, manager.pipelines[manager.default_preset])
+            frames = await asyncio.to_thread(loaded.warm_up, manager.default_preset)
             log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
         app.state.manager = manager
         manager.start()
@@ -123,8 +114,8 @@ def create_app(
             "status": "ok",
             "sessions": len(m.sessions),
             "max_sessions": settings.max_sessions,
-            "config": m.pipelines[m.default_preset].config.name,
-            "device": m.pipelines[m.default_preset].device,
+            "config": m.engine.info.config,
+            "device": m.engine.info.device,
         }
 
     @app.get("/metrics", tags=["ops"])
@@ -134,12 +125,12 @@ def create_app(
     @app.get(f"{API}/info", tags=["sessions"])
     async def info(request: Request) -> dict:
         m = manager(request)
-        base = m.pipelines[m.default_preset]
+        base = m.engine.info
         return {
-            "avatars": m.avatars,
+            "avatars": m.engine.avatars,
             "reference_images": base.accepts_images,
             "max_image_bytes": settings.max_image_bytes,
-            "presets": sorted(m.pipelines),
+            "presets": list(base.presets),
             "default_preset": m.default_preset,
             "modes": ["mirror", "agent"],
             "ice_server_count": len(settings.ice_servers),  # how many, never the credentials

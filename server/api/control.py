@@ -31,6 +31,7 @@ from server.api.protocol import (
     Speak,
     client_message,
 )
+from server.session.events import EventQueue
 from server.session.manager import SessionManager
 from server.session.session import AvatarSession
 
@@ -58,14 +59,14 @@ async def serve_control(
         await _refuse(ws, exc.code, exc.message, close_code(exc.status))
         return
     if role == "observer":
-        queue = session.observe()
+        queue = session.events.observe()
         if queue is None:
             await _refuse(ws, "control_busy", "this session has as many observers as it takes", CLOSE_BUSY)
             return
         try:
             await ObserverConnection(ws, session, queue).run()
         finally:
-            session.unobserve(queue)
+            session.events.unobserve(queue)
         return
     if session.control_attached:
         await _refuse(ws, "control_busy", "this session already has a control socket", CLOSE_BUSY)
@@ -115,9 +116,9 @@ class ControlConnection:
 
     async def _write(self) -> None:
         if self.session.started.is_set():
-            self.session.announce_ready()
+            self.session.events.announce_ready()
         while True:
-            event = await self.session.next_event()
+            event = await self.session.events.next()
             await self.ws.send_text(event.model_dump_json())
 
     async def _read(self) -> None:
@@ -131,7 +132,7 @@ class ControlConnection:
                 else:
                     await self._on_text(message.get("text") or "")
             except ControlError as exc:
-                self.session.emit(ErrorEvent(code=exc.code, message=exc.message))
+                self.session.events.emit(ErrorEvent(code=exc.code, message=exc.message))
 
     def _on_binary(self, data: bytes) -> None:
         rate, self._binary_rate = self._binary_rate, None
@@ -139,7 +140,7 @@ class ControlConnection:
             raise ControlError("unexpected_binary", "binary audio must follow an audio.append without `audio`")
         if len(data) > self.max_bytes:
             raise ControlError("message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}")
-        self.session.append_audio(data, rate, self._binary_utterance)
+        self.session.voice.append_audio(data, rate, self._binary_utterance)
 
     async def _on_text(self, text: str) -> None:
         if len(text) > self.max_bytes:
@@ -159,20 +160,20 @@ class ControlConnection:
         s = self.session
         match msg:
             case Speak():
-                s.speak(msg.text, msg.utterance_id, msg.voice)
+                s.voice.speak(msg.text, msg.utterance_id, msg.voice)
             case AudioAppend(audio=None):
                 self._binary_rate = msg.sample_rate
                 self._binary_utterance = msg.utterance_id
             case AudioAppend():
-                s.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
+                s.voice.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
             case AudioCommit():
-                s.commit_audio(msg.utterance_id)
+                s.voice.commit_audio(msg.utterance_id)
             case Interrupt():
-                s.interrupt()
+                s.voice.interrupt()
             case Configure():
                 s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():
-                s.emit(Pong(id=msg.id, server_time=time.time()))
+                s.events.emit(Pong(id=msg.id, server_time=time.time()))
 
 
 def _summarize(exc: ValidationError) -> str:
@@ -186,7 +187,7 @@ def _summarize(exc: ValidationError) -> str:
 class ObserverConnection:
     """A read-only socket: every session event, no commands (a viewer beside an agent that has control)."""
 
-    def __init__(self, ws: WebSocket, session: AvatarSession, queue: asyncio.Queue) -> None:
+    def __init__(self, ws: WebSocket, session: AvatarSession, queue: EventQueue) -> None:
         self.ws = ws
         self.session = session
         self.queue = queue
@@ -209,9 +210,7 @@ class ObserverConnection:
                 msg = client_message.validate_json(text) if len(text) < 1024 else None
             except ValidationError:
                 msg = None
-            if self.queue.full():
-                self.queue.get_nowait()
             if isinstance(msg, Ping):
-                self.queue.put_nowait(Pong(id=msg.id, server_time=time.time()))
+                self.queue.put(Pong(id=msg.id, server_time=time.time()))
             else:
-                self.queue.put_nowait(ErrorEvent(code="read_only", message="an observer socket takes no commands"))
+                self.queue.put(ErrorEvent(code="read_only", message="an observer socket takes no commands"))

@@ -58,6 +58,13 @@ class ServerMetrics:
             "avatar_control_messages", "Control messages received", ["type"], registry=r
         )
         self.errors = Counter("avatar_errors", "Errors reported to clients", ["code"], registry=r)
+        self.events_dropped = Counter(
+            "avatar_events_dropped", "Session events dropped from a full queue (its reader fell behind)", ["type"],
+            registry=r,
+        )
+        self.recorder_frames_dropped = Counter(
+            "avatar_recorder_frames_dropped", "Frames left out of a recording whose encoder fell behind", registry=r
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,10 +1,11 @@
 """Session recording: the generated frames and their audio as an H.264/AAC MP4.
 
-The encoding is ``engine.media.mp4.Mp4Writer`` (the same file ``avatar render`` writes); this
+The encoding is the engine's ``Mp4Writer`` (the same file ``avatar render`` writes); this
 wrapper runs it on its own thread behind a bounded queue, so the engine worker never waits
-on x264 unless the encoder falls a whole queue behind (then it is back-pressured, not
-buffered without limit). The file holds media time, i.e. the avatar exactly as generated,
-independent of playout drops; it appears under its name when the session ends.
+on x264. An encoder a whole queue behind (a slow disk) loses the frames it cannot keep up
+with (counted) rather than stalling the session or buffering without limit. The file holds
+media time, i.e. the avatar exactly as generated, independent of playout drops; it appears
+under its name when the session ends.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import queue
 import threading
 from pathlib import Path
 
-from engine.frames import PublishedFrame
-from engine.media.mp4 import Mp4Writer
+from server.session.engine_link import Mp4Writer, PublishedFrame
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -27,15 +27,22 @@ class MP4Recorder:
         self.fps = fps
         self.sample_rate = sample_rate
         self.frames_written = 0
+        self.frames_dropped = 0
         self.error: BaseException | None = None
         self._queue: queue.Queue[PublishedFrame | object] = queue.Queue(maxsize=queue_frames)
         self._thread = threading.Thread(target=self._run, name=f"recorder-{path.stem}", daemon=True)
         self._thread.start()
 
-    def submit(self, frame: PublishedFrame, timeout_s: float = 5.0) -> None:
-        """Queue a frame (blocks while the encoder is a full queue behind)."""
-        if self.error is None:
-            self._queue.put(frame, timeout=timeout_s)
+    def submit(self, frame: PublishedFrame) -> bool:
+        """Queue a frame without waiting; False (and counted) when the encoder is a full queue behind."""
+        if self.error is not None:
+            return True
+        try:
+            self._queue.put_nowait(frame)
+        except queue.Full:
+            self.frames_dropped += 1
+            return False
+        return True
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush the encoders and finish the file; safe to call twice."""

@@ -11,53 +11,13 @@ behind it, so speech waits in the intake and enters the engine just in time.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from server.config import Mode
-from server.media.audio import take_samples
+from server.media.microphone import SampleFifo
 from server.voice.speech import Segment, SpeechQueue
-
-
-class SampleFifo:
-    """Bounded FIFO of float32 samples; overflow drops the oldest (a stalled reader never grows it)."""
-
-    def __init__(self, max_samples: int) -> None:
-        self.max_samples = max_samples
-        self._chunks: deque[np.ndarray] = deque()
-        self._size = 0
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def push(self, samples: np.ndarray) -> None:
-        if samples.size == 0:
-            return
-        self._chunks.append(samples)
-        self._size += samples.size
-        while self._size > self.max_samples:
-            excess = self._size - self.max_samples
-            head = self._chunks[0]
-            if head.size <= excess:
-                self._chunks.popleft()
-                self._size -= head.size
-                self.dropped += head.size
-            else:
-                self._chunks[0] = head[excess:]
-                self._size -= excess
-                self.dropped += excess
-
-    def take(self, n: int) -> np.ndarray:
-        out = take_samples(self._chunks, n)
-        self._size -= out.size
-        return out
-
-    def clear(self) -> None:
-        self._chunks.clear()
-        self._size = 0
 
 
 @dataclass

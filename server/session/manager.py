@@ -1,52 +1,42 @@
-"""All live sessions of one app: the session cap, lookup with token checks, and the reaper
-that frees sessions whose peer never came, never connected, or went silent."""
+"""All live sessions of one app: the session cap, creation with its checks, lookup with token checks."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
-import contextlib
-import logging
 import secrets
-import time
 
 import numpy as np
 
-from engine.avatars import DEFAULT_AVATAR
-from engine.media.audio_io import MediaError, decode_image
-from engine.pipeline import Pipeline
 from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
 from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.media.peer import last_rtcp_age
+from server.session.engine_link import Engine, ImageError
+from server.session.reaper import SessionReaper
 from server.session.session import AvatarSession
 from server.voice.tts import TTSBackend
 
-log = logging.getLogger(__name__)
-
 
 class SessionManager:
-    """All live sessions of one app: the cap, lookup with token checks, and the reaper."""
+    """All live sessions of one app; the reaper (started with :meth:`start`) frees the dead ones."""
 
     def __init__(
         self,
         settings: Settings,
-        pipelines: dict[str, Pipeline],
-        avatars: list[str],
+        engine: Engine,
         metrics: ServerMetrics,
         default_preset: str,
         tts: TTSBackend | None = None,
     ) -> None:
         self.settings = settings
         self.tts = tts
-        self.pipelines = pipelines
-        self.avatars = avatars
+        self.engine = engine
         self.metrics = metrics
         self.default_preset = default_preset
         self.sessions: dict[str, AvatarSession] = {}
-        self._reaper: asyncio.Task | None = None
+        self.reaper = SessionReaper(self, settings)
         self._closing: set[asyncio.Task] = set()
         metrics.sessions_active.set_function(lambda: len(self.sessions))
         metrics.playout_delay_seconds.set_function(self._mean_delay)
@@ -64,39 +54,40 @@ class SessionManager:
                 f"the server is at its limit of {self.settings.max_sessions} sessions; try again later",
             )
         preset = options.quality or self.default_preset
-        if preset not in self.pipelines:
+        presets = self.engine.info.presets
+        if preset not in presets:
             raise ApiError(
                 400,
                 "bad_quality",
-                f"unknown quality preset {preset!r}; choose one of: {', '.join(sorted(self.pipelines))}",
+                f"unknown quality preset {preset!r}; choose one of: {', '.join(presets)}",
             )
-        image = self._reference_image(options, self.pipelines[preset])
+        image = self._reference_image(options)
         if options.avatar is None and image is None:
-            options = options.model_copy(update={"avatar": self.settings.default_avatar or DEFAULT_AVATAR})
-        if image is None and options.avatar not in self.avatars:
+            options = options.model_copy(update={"avatar": self.settings.default_avatar or self.engine.default_avatar})
+        if image is None and options.avatar not in self.engine.avatars:
             raise ApiError(
                 400,
                 "bad_avatar",
-                f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.avatars)}",
+                f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.engine.avatars)}",
             )
         sid = "s_" + secrets.token_hex(8)
         record_dir = self.settings.record_dir if options.record else None
         session = AvatarSession(
-            sid, options, self.settings, self.pipelines[preset], self.metrics, record_dir, self.tts, image
+            sid, options, self.settings, self.engine, preset, self.metrics, record_dir, self.tts, image
         )
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()
         return session
 
-    def _reference_image(self, options: SessionCreate, pipeline: Pipeline) -> np.ndarray | None:
+    def _reference_image(self, options: SessionCreate) -> np.ndarray | None:
         """The decoded ``image`` option, or None; every way it can be wrong is a 4xx."""
         if options.image is None:
             return None
         if options.avatar is not None:
             raise ApiError(400, "bad_image", "give either avatar or image, not both")
-        if not pipeline.accepts_images:
-            raise ApiError(400, "bad_image", f"the {pipeline.config.name} engine draws bundled avatars only")
+        if not self.engine.info.accepts_images:
+            raise ApiError(400, "bad_image", f"the {self.engine.info.config} engine draws bundled avatars only")
         try:
             data = base64.b64decode(options.image, validate=True)
         except (binascii.Error, ValueError):
@@ -104,8 +95,8 @@ class SessionManager:
         if len(data) > self.settings.max_image_bytes:
             raise ApiError(413, "image_too_large", f"image over {self.settings.max_image_bytes} bytes")
         try:
-            image = decode_image(data)
-        except MediaError as exc:
+            image = self.engine.decode_image(data)
+        except ImageError as exc:
             raise ApiError(400, "bad_image", str(exc)) from None
         if min(image.shape[:2]) < 64:
             raise ApiError(400, "bad_image", f"image is {image.shape[1]}x{image.shape[0]}; need at least 64x64")
@@ -139,44 +130,9 @@ class SessionManager:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    # ---- reaper ---------------------------------------------------------------------------
-
     def start(self) -> None:
-        self._reaper = asyncio.create_task(self._reap_loop(), name="session-reaper")
+        self.reaper.start()
 
     async def stop(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+        await self.reaper.stop()
         await self.close_all()
-
-    async def _reap_loop(self, interval_s: float = 1.0) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            for sid, session in list(self.sessions.items()):
-                try:
-                    reason = await self.reason_to_reap(session, time.monotonic())
-                except Exception:
-                    log.exception("session %s: liveness check failed", sid)
-                    reason = "check_failed"
-                if reason is not None:
-                    log.info("reaping session %s: %s", sid, reason)
-                    self.close_soon(sid, reason)
-
-    async def reason_to_reap(self, session: AvatarSession, now: float) -> str | None:
-        s = self.settings
-        if session.closing:  # closed itself (peer gone, engine failed): forget it once done
-            return session.close_reason if session.closed.is_set() else None
-        pc = session.pc
-        if pc is None:
-            return "no_offer" if now - session.created_at > s.offer_timeout_s else None
-        if pc.connectionState in ("failed", "closed"):
-            return f"peer_{pc.connectionState}"
-        if pc.connectionState != "connected":
-            return "connect_timeout" if now - (session.offered_at or now) > s.connect_timeout_s else None
-        heard = session.last_heard_at or now
-        age = await last_rtcp_age(pc)
-        if age is not None:
-            heard = max(heard, now - age)
-        return "peer_timeout" if now - heard > s.peer_timeout_s else None

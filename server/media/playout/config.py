@@ -1,0 +1,73 @@
+"""The playout's pacing and adaptation knobs, and the grids they imply."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+# Tolerance when comparing float clock readings with exact (Fraction) grid instants.
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class PlayoutConfig:
+    """Pacing and adaptation knobs; delays in seconds."""
+
+    fps: int = 25
+    sample_rate: int = 16000
+    audio_packet_ms: int = 20
+    initial_delay: float = 0.25
+    min_delay: float = 0.1
+    max_delay: float = 1.5
+    raise_step: float = 0.1  # added to L after an underrun
+    decay_per_s: float = 0.02  # L shrinks this much per second of steady production
+    steady_after_s: float = 5.0  # no miss for this long before L may shrink (doubles after each underrun)
+    steady_max_s: float = 60.0  # the longest that proof of steadiness is ever asked to be
+    capacity_frames: int = 150
+    # A consumer this late still gets every slot (back to back); later than this it skips ahead.
+    audio_late_tolerance_s: float = 0.2
+    video_late_tolerance_s: float | None = None  # None: one frame period
+    # Resync after this many late arrivals in a row while L is already at its maximum.
+    resync_after_late: int = 5
+
+    def __post_init__(self) -> None:
+        if self.fps <= 0 or self.sample_rate <= 0 or self.audio_packet_ms <= 0:
+            raise ValueError("fps, sample_rate and audio_packet_ms must be positive")
+        if (self.sample_rate * self.audio_packet_ms) % 1000:
+            raise ValueError("an audio packet must hold a whole number of samples")
+        if not 0 <= self.min_delay <= self.initial_delay <= self.max_delay:
+            raise ValueError("need 0 <= min_delay <= initial_delay <= max_delay")
+        if float(self.quantum) > self.max_delay + EPS:
+            raise ValueError(f"max_delay is below this rate's {float(self.quantum):.3f}s delay quantum")
+        if self.capacity_frames < 1:
+            raise ValueError("capacity_frames must be at least 1")
+        if self.raise_step < 0 or self.decay_per_s < 0 or self.steady_after_s < 0:
+            raise ValueError("raise_step, decay_per_s and steady_after_s must not be negative")
+        if self.audio_late_tolerance_s < 0 or (self.video_late_tolerance_s or 0) < 0:
+            raise ValueError("late tolerances must not be negative")
+        if self.resync_after_late < 1:
+            raise ValueError("resync_after_late must be at least 1")
+
+    @property
+    def frame_period(self) -> Fraction:
+        return Fraction(1, self.fps)
+
+    @property
+    def packet_period(self) -> Fraction:
+        return Fraction(self.audio_packet_ms, 1000)
+
+    @property
+    def packet_samples(self) -> int:
+        return self.sample_rate * self.audio_packet_ms // 1000
+
+    @property
+    def quantum(self) -> Fraction:
+        """Smallest step of L that keeps both grids whole: lcm of frame and packet period."""
+        f, p = self.frame_period, self.packet_period
+        return Fraction(math.lcm(f.numerator, p.numerator), math.gcd(f.denominator, p.denominator))
+
+    @property
+    def video_tolerance(self) -> float:
+        tol = self.video_late_tolerance_s
+        return float(self.frame_period) if tol is None else tol

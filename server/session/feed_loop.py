@@ -1,0 +1,75 @@
+"""The task that feeds one session's engine in real time, tick by tick."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from server.api.protocol import ErrorEvent, ServerEvent
+from server.session.engine_link import EngineLink
+from server.session.feeder import Feeder
+from server.session.generated import GeneratedFrames
+from server.voice.playback import PlaybackTracker
+
+log = logging.getLogger(__name__)
+
+
+class FeedLoop:
+    """Each tick: the audio wall time made due goes to the engine, and the tracker learns where
+    each utterance sits on the timeline. Reports an overloaded engine once, a failed one by
+    ``on_failed`` (the loop then ends)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        feeder: Feeder,
+        link: EngineLink,
+        generated: GeneratedFrames,
+        tracker: PlaybackTracker,
+        emit: Callable[[ServerEvent], None],
+        on_failed: Callable[[], None],
+        tick_s: float,
+    ) -> None:
+        self._id = session_id
+        self._feeder = feeder
+        self._link = link
+        self._generated = generated
+        self._tracker = tracker
+        self._emit = emit
+        self._on_failed = on_failed
+        self._tick_s = tick_s
+        self._overload_reported = False
+
+    async def run(self) -> None:
+        feeder = self._feeder
+        while True:
+            block = feeder.tick(time.monotonic(), self._generated.samples)
+            if block.skipped and not self._overload_reported:
+                self._overload_reported = True
+                log.warning(
+                    "session %s: engine %.1f s behind, skipping input",
+                    self._id,
+                    (feeder.fed - self._generated.samples) / feeder.sample_rate,
+                )
+                self._emit(
+                    ErrorEvent(
+                        code="engine_overloaded",
+                        message="the engine is slower than real time on this machine; audio is being skipped",
+                    )
+                )
+            if block.samples.size:
+                for seg in block.segments:
+                    if seg.first:
+                        self._tracker.begin(seg.utterance_id, block.start + seg.start)
+                    if seg.end > seg.start:
+                        self._tracker.fed(seg.utterance_id, block.start + seg.end)
+                    if seg.last:
+                        self._tracker.end(seg.utterance_id)
+                self._link.feed(block.samples)
+            if self._link.error is not None:
+                self._emit(ErrorEvent(code="engine_failed", message=f"the engine stopped: {self._link.error}"))
+                self._on_failed()
+                return
+            await asyncio.sleep(self._tick_s)

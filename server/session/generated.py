@@ -1,0 +1,47 @@
+"""What the engine generated for one session: counted, recorded, and handed to playout."""
+
+from __future__ import annotations
+
+import asyncio
+
+from server.api.metrics import ServerMetrics
+from server.media.playout import PlayoutBuffer, PlayoutClosed
+from server.media.recorder import MP4Recorder
+from server.session.engine_link import PublishedFrame
+
+
+class GeneratedFrames:
+    """The session's :class:`~server.session.engine_link.FrameSink`.
+
+    Frames are recorded as generated (independent of playout), and reach playout only once the
+    peer is connected, so the playout's t0 is the connection.
+    """
+
+    def __init__(
+        self, playout: PlayoutBuffer, recorder: MP4Recorder | None, connected: asyncio.Event, metrics: ServerMetrics
+    ) -> None:
+        self._playout = playout
+        self._recorder = recorder
+        self._connected = connected
+        self._metrics = metrics
+        self.samples = 0  # timeline samples covered by the frames generated so far
+        self.frames = 0  # frames handed to playout
+
+    def on_step(self, frames: list[PublishedFrame], step_s: float) -> None:
+        self._metrics.chunk_seconds.observe(step_s)
+        last = frames[-1]
+        self.samples = (last.index + 1) * last.sample_rate // last.fps
+        if self._recorder is not None:
+            for frame in frames:
+                if not self._recorder.submit(frame):
+                    self._metrics.recorder_frames_dropped.inc()
+
+    async def put(self, frames: list[PublishedFrame]) -> None:
+        await self._connected.wait()
+        try:
+            for frame in frames:
+                await self._playout.put(frame)
+                self.frames += 1
+                self._metrics.frames_generated.inc()
+        except PlayoutClosed:
+            return

@@ -1,0 +1,68 @@
+"""The reaper: frees sessions whose peer never came, never connected, or went silent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from server.config import Settings
+from server.media.peer import last_rtcp_age
+
+if TYPE_CHECKING:
+    from server.session.manager import SessionManager
+    from server.session.session import AvatarSession
+
+log = logging.getLogger(__name__)
+
+
+class SessionReaper:
+    """Checks every session each ``interval_s`` and has the manager close the ones it finds dead."""
+
+    def __init__(self, manager: SessionManager, settings: Settings, interval_s: float = 1.0) -> None:
+        self._manager = manager
+        self._settings = settings
+        self._interval_s = interval_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="session-reaper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            for sid, session in list(self._manager.sessions.items()):
+                try:
+                    reason = await self.reason_to_reap(session, time.monotonic())
+                except Exception:
+                    log.exception("session %s: liveness check failed", sid)
+                    reason = "check_failed"
+                if reason is not None:
+                    log.info("reaping session %s: %s", sid, reason)
+                    self._manager.close_soon(sid, reason)
+
+    async def reason_to_reap(self, session: AvatarSession, now: float) -> str | None:
+        s = self._settings
+        if session.closing:  # closed itself (peer gone, engine failed): forget it once done
+            return session.close_reason if session.closed.is_set() else None
+        times = session.liveness
+        pc = session.pc
+        if pc is None:
+            return "no_offer" if now - times.created_at > s.offer_timeout_s else None
+        if pc.connectionState in ("failed", "closed"):
+            return f"peer_{pc.connectionState}"
+        if pc.connectionState != "connected":
+            return "connect_timeout" if now - (times.offered_at or now) > s.connect_timeout_s else None
+        heard = times.last_heard_at or now
+        age = await last_rtcp_age(pc)
+        if age is not None:
+            heard = max(heard, now - age)
+        return "peer_timeout" if now - heard > s.peer_timeout_s else None
