@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from agent_helpers import PACKET_S, append_message, live_session, tone
-from server_helpers import AUDIO_HOLD_S, loopback_only, make_settings, running_server
+from server_helpers import AUDIO_HOLD_S, loopback_only, make_settings, running_server, wait_until
 
 from server.media.playout import AudioOut
 from server.voice.mute import MutedAudio, VoiceGate
@@ -88,15 +88,19 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
             await ev.send(append_message(part, SR, "long"))
         await ev.send({"type": "audio.commit"})
         started = await ev.wait("playback.started", "long")
-        await asyncio.sleep(1.5)
+        session = srv.manager.sessions[live.id]
+        gate = session.voice.gate
+        assert await wait_until(lambda: gate.released_until >= (started["pts"] + 1.5) * SR, 10)  # 1.5 s heard
         t_interrupt = time.monotonic()
         await ev.send({"type": "interrupt"})
         finished = await ev.wait("playback.finished", "long", timeout_s=2)
         t_finished = ev.at("playback.finished", "long")
-        await asyncio.sleep(1.5)  # what was generated before the interrupt has played out by now
-
-        session = srv.manager.sessions[live.id]
         _, cut, fed = session.voice.interrupts[-1]
+        # What was generated before the interrupt (up to `fed`) has played out, and the client got it.
+        assert await wait_until(lambda: gate.released_until >= fed + 0.2 * SR, 10)
+        t_released = time.monotonic()
+        received = live.media.audio
+        assert await wait_until(lambda: received and received[-1][0] > t_released + AUDIO_HOLD_S + 0.1, 10)
         heard_s = finished["pts"] - started["pts"]
         # The event: interrupted, sent at once, and its pts is the media time playing when it came.
         assert finished["interrupted"] and t_finished - t_interrupt < 0.2

@@ -5,13 +5,12 @@ The ``playback.*`` events bracket the moving stretch."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import numpy as np
 import pytest
 from agent_helpers import live_session
-from server_helpers import VIDEO_HOLD_S, loopback_only, make_settings, running_server
+from server_helpers import VIDEO_HOLD_S, loopback_only, make_settings, running_server, wait_until
 
 from engine.avatars import avatar_image
 from engine.eval.probe import measure_openness, mouth_crops
@@ -37,13 +36,15 @@ async def test_mouth_moves_while_the_utterance_plays(monkeypatch):
         session = srv.manager.sessions[live.id]
         pipeline = srv.manager.engine.pipelines[session.link.preset]
         assert pipeline.weights_loaded, "the tiny engine has no trained weights"
-        await asyncio.sleep(3.0)  # idle: the avatar listens
+        video = live.media.video
+        # Idle: the avatar listens, until the client has 3 s of it.
+        assert await wait_until(lambda: video and video[-1][0] - video[0][0] >= 3.0, 30)
         t_speak = time.monotonic()
         await ev.send({"type": "speak", "text": TEXT, "utterance_id": "talk"})
         started = await ev.wait("playback.started", "talk")
         finished = await ev.wait("playback.finished", "talk", timeout_s=30)
-        await asyncio.sleep(1.0)
         t_started, t_finished = ev.at("playback.started", "talk"), ev.at("playback.finished", "talk")
+        assert await wait_until(lambda: video[-1][0] > t_finished + VIDEO_HOLD_S + 0.5, 10)  # its last frames are in
         assert not finished["interrupted"]
         media_s = finished["pts"] - started["pts"]
         queued = ev.of("utterance.queued", "talk")[0]["duration_s"]

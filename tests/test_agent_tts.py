@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from agent_helpers import live_session
-from server_helpers import loaded_engine, loopback_only, make_settings, running_server
+from server_helpers import loaded_engine, loopback_only, make_settings, running_server, wait_until
 
 from server import cli
 from server.api.metrics import ServerMetrics
@@ -77,11 +77,13 @@ class GatedTTS:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.calls: list[str] = []
+        self.returned = 0
 
     async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
         self.calls.append(text)
         if len(self.calls) > 1:
             await self.release.wait()
+        self.returned += 1
         return np.full(SR, 0.25, np.float32)
 
 
@@ -93,14 +95,14 @@ async def test_first_sentence_is_queued_before_the_rest_is_synthesised():
     worker = asyncio.create_task(intake.run())
     try:
         assert intake.speak(TEXT, "u1", None) == "u1"
-        await asyncio.sleep(0.05)
+        assert await wait_until(lambda: len(backend.calls) == 2, 5)
         assert backend.calls == ["Hello there.", "I am a talking avatar!"]  # sentence 2 is still synthesising
         block, segments = speech.take(2 * SR)
         assert block.size == SR and block.min() == 0.25  # sentence 1 can play now
         assert [(s.utterance_id, s.first, s.last) for s in segments] == [("u1", True, False)]
         assert speech.take(SR)[0].size == 0  # the open utterance keeps its place: nothing skips ahead
         backend.release.set()
-        await asyncio.sleep(0.05)
+        assert await wait_until(lambda: events, 5)
         assert len(backend.calls) == 4
         assert events == [UtteranceQueued(utterance_id="u1", duration_s=4.0)]
         block, segments = speech.take(10 * SR)
@@ -109,16 +111,17 @@ async def test_first_sentence_is_queued_before_the_rest_is_synthesised():
         # An interrupt stops a synthesis in flight: nothing more is appended.
         backend.calls.clear()
         backend.release.clear()
+        backend.returned = 0
         intake.speak(TEXT, "u2", None)
-        await asyncio.sleep(0.05)
+        assert await wait_until(lambda: len(backend.calls) == 2, 5)
         intake.interrupt()
         backend.release.set()
-        await asyncio.sleep(0.05)
+        assert await wait_until(lambda: backend.returned == 2, 5)  # the sentence in flight came back, unused
         assert speech.pending_samples == 0 and len(speech) == 0 and len(backend.calls) == 2
         # A synthesis failure is an error event naming the utterance.
         intake.speak("Hello.", "u3", "nonexistent")
         intake.backend = tts.EspeakTTS(SR)
-        await asyncio.sleep(0.5)
+        assert await wait_until(lambda: isinstance(events[-1], ErrorEvent), 10)
         error = events[-1]
         assert isinstance(error, ErrorEvent) and error.code == "tts_failed" and error.utterance_id == "u3"
     finally:

@@ -81,7 +81,7 @@ class Session:
 
     async def stop(self) -> None:
         self.buf.close()
-        await asyncio.sleep(0)
+        await self.clock.run_for(0)
         for task in self.tasks:
             if not task.done():  # busy in its work sleep, which close() does not interrupt
                 task.cancel()
@@ -138,9 +138,10 @@ async def test_fake_clock_wakes_sleepers_at_their_deadlines() -> None:
         woke.append(clock.now())
 
     tasks = [asyncio.create_task(sleeper(t)) for t in (5.3, 5.1, 5.2)]
-    await asyncio.sleep(0)
+    await clock.run_for(0)
+    assert clock.sleepers == 3
     clock.advance(0.05)
-    await asyncio.sleep(0)
+    await clock.run_for(0)
     assert woke == []
     await clock.run_until(5.25)
     assert woke == [5.1, 5.2]
@@ -430,9 +431,10 @@ async def test_close_wakes_blocked_consumers_and_producers() -> None:
 
 
 async def test_close_before_any_frame_wakes_consumers() -> None:
-    buf = PlayoutBuffer(PlayoutConfig(), FakeClock())
+    clock = FakeClock()
+    buf = PlayoutBuffer(PlayoutConfig(), clock)
     waiting = [asyncio.create_task(buf.next_video()), asyncio.create_task(buf.next_audio())]
-    await asyncio.sleep(0)
+    await clock.run_for(0)
     buf.close()
     for task in waiting:
         with pytest.raises(PlayoutClosed):
