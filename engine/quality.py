@@ -16,6 +16,10 @@ class Quality:
     steps: int | None = None  # denoising steps of N chunks; None: the config's
     guidance: bool = True  # audio guidance where the config has it
 
+    def __post_init__(self) -> None:
+        if self.steps is not None and not 1 <= self.steps <= 8:
+            raise ValueError(f"steps must be in 1..8, got {self.steps}")
+
     @property
     def name(self) -> str:
         parts = ["interp" if self.interp else "no-interp", f"steps={self.steps or 'cfg'}"]

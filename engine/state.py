@@ -111,6 +111,17 @@ class AudioBuffer:
                 out[lo - start:hi - start] = self._data[lo - self.offset:hi - self.offset]
         return out
 
+    def silence_from(self, sample: int) -> int:
+        """Zero every held sample at or after ``sample`` (fed, not yet released): an interrupt
+        cuts the voice the engine has not turned into frames yet. Returns how many were zeroed."""
+        with self._lock:
+            self._merge()
+            cut = min(max(0, sample - self.offset), self._data.size)
+            if cut == self._data.size:
+                return 0
+            self._data[cut:] = 0.0
+            return self._data.size - cut
+
     def release_before(self, index: int) -> None:
         with self._lock:
             self._merge()
