@@ -2,7 +2,9 @@
 
 Streaming: ``session.feed(pcm)`` as audio arrives, ``session.step()`` (off the event
 loop) runs the next scheduled chunk once its audio (lookahead included) is in and
-returns the frames that became final. Batch: ``pipeline.render(pcm)`` does the same
+returns the frames that became final. Many sessions: ``pipeline.step_batch(sessions)``
+runs the next chunks of sessions with equal ``batch_key()`` in one batched forward of
+each model (``step()`` is a batch of one). Batch: ``pipeline.render(pcm)`` does the same
 over a whole file. Weights are loaded once per pipeline and shared by its sessions.
 ``Pipeline.from_config("puppet")`` gives the procedural engine (``engine.puppet.engine``)
 behind the same surface.
@@ -11,7 +13,9 @@ behind the same surface.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,14 +23,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.batch import BatchKey, BatchResult, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
 from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
+from engine.modules.dit import KVBlock
 from engine.modules.super_resolution import pool_latents
-from engine.modules.vae import latent_count, latent_frames
+from engine.modules.vae import DecoderCache, latent_count, latent_frames
+from engine.quality import Quality
 from engine.schedule import ChunkPlan, ChunkSchedule
 from engine.stages.audio_to_video import A2VInput, AudioToVideo
-from engine.stages.context_gen import ContextGen, ContextRequest
+from engine.stages.context_gen import ChunkContext, ContextGen, ContextRequest
 from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
@@ -68,6 +75,13 @@ def chunk_seed(seed: int, plan: ChunkPlan) -> int:
     return (seed * 1_000_003 + plan.index * 2 + (plan.kind == "I")) % (2**63 - 1)
 
 
+@contextmanager
+def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    yield
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+
+
 class Pipeline(ConfiguredEngine):
     accepts_images = True  # a reference image of a stylised avatar can stand in for a bundled one
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
@@ -82,6 +96,9 @@ class Pipeline(ConfiguredEngine):
         self.sr = SuperResolutionStage(models.sr)
         self.decode = DecodeAndPublish(models.decoder, config.fps, config.audio.sample_rate, config.deblock)
         self.weights_loaded: list[str] = []
+        # What sessions must share to run in one batch: the weights and the config, whose
+        # default interp setting aside (``with_interp`` siblings batch together).
+        self.batch_engine = (id(models), config.with_schedule(interp=False))
         # Bundled avatars' reference encodings, made once: a session of a bundled avatar starts
         # straight at its first chunk. Read-only once made, so sessions (threads) share them.
         self._bundled: dict[str, ReferenceConditioning] = {}
@@ -169,7 +186,7 @@ class Pipeline(ConfiguredEngine):
         with torch.inference_mode():
             hr = self.models.encoder(video, image_to_tensor(image, *self.frame_size).to(self.device))[0][0]
             lr = pool_latents(hr, self.config.dit.lr_factor)
-            via_sr = self.sr(SRInput(lr, ref.hr_latent, seed=0)).latents
+            via_sr = self.sr(SRInput(lr[None], ref.hr_latent, (0,))).latents[0]
             direct, pooled = (decoder.step(z[None], decoder.init_cache(ref.decoder))[0][0] for z in (hr, via_sr))
         return to_uint8(direct), to_uint8(pooled)
 
@@ -193,6 +210,109 @@ class Pipeline(ConfiguredEngine):
         session.close_input()
         return drain(session)
 
+    # --- batched execution ------------------------------------------------------------
+    def step_batch(self, sessions: Sequence[StreamSession]) -> BatchResult:
+        """Run the next chunk of every session, all in one batch: one forward of each model
+        over all of them. Each session ends exactly as ``step()`` alone would leave it.
+
+        Every session must have the same ``batch_key()``; sessions with nothing to run
+        (key None) get no frames."""
+        work = [s._work() for s in sessions]  # one read of each session's quality
+        key = shared_key(sessions, [w.key if w is not None else None for w in work], self.batch_engine)
+        timings: dict[str, float] = {}
+        if key is None:
+            frames: list[list[PublishedFrame]] = [[] for _ in sessions]
+        elif key.kind == "tail":
+            frames = [s._finish(timings) for s in sessions]
+        else:
+            frames = self._run_chunk(sessions, [w.plan for w in work], [w.schedule for w in work], key, timings)
+        for s in sessions:
+            s.timings = dict(timings)
+        return BatchResult(frames, timings)
+
+    def _run_chunk(self, sessions: Sequence[StreamSession], plans: list[ChunkPlan],
+                   schedules: list[ChunkSchedule], key: BatchKey,
+                   timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        self._generate(sessions, plans, key, timings)
+        for s, plan, schedule in zip(sessions, plans, schedules, strict=True):
+            s._advance(plan, schedule)
+        frames = self._publish(sessions, [p.publish for p in plans], timings)
+        for s, plan in zip(sessions, plans, strict=True):
+            s._release()
+            s.last_chunk = plan.name
+        return frames
+
+    def _generate(self, sessions: Sequence[StreamSession], plans: list[ChunkPlan], key: BatchKey,
+                  timings: dict[str, float]) -> None:
+        """ContextGen per session, then AudioToVideo once for all: the new latents and history
+        go back to each session. The batch runs on the first plan's timeline (the DiT sees
+        only positions relative to the chunk), so each history is shifted there and back."""
+        with _timed(timings, "context"):
+            contexts = []
+            for s, plan in zip(sessions, plans, strict=True):
+                audio = s.audio.read(*self.context_gen.audio_span(plan.span).samples)
+                contexts.append(self.context_gen(ContextRequest(plan.span, audio, chunk_seed(s.seed, plan),
+                                                                key.guided)))
+        with _timed(timings, "a2v"):
+            layout = plans[0]
+            shifts = [p.span[0] - layout.span[0] for p in plans]
+            history = None
+            if layout.kind == "N" and key.history:
+                history = KVBlock.stack([s.state.history.shifted(-d) for s, d in zip(sessions, shifts, strict=True)])
+            anchors = None
+            if layout.kind == "I":
+                anchors = torch.stack([s._anchors(p) for s, p in zip(sessions, plans, strict=True)])
+            reference = KVBlock.stack([s.state.reference.kv for s in sessions])
+            out = self.a2v(A2VInput(layout, ChunkContext.stack(contexts), reference, history, anchors, key.steps))
+        histories = out.history.split() if out.history is not None else [None] * len(sessions)
+        for s, plan, d, latents, hist in zip(sessions, plans, shifts, out.latents, histories, strict=True):
+            if hist is not None:
+                s.state.history = hist.shifted(d)
+            s._keep(plan, latents)
+
+    def _publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """Latents ``spans`` (as many for every session) through SR and the decoder, once for all."""
+        lo0, hi0 = spans[0]
+        if hi0 <= lo0 or sessions[0].state.latents is None:
+            return [[] for _ in sessions]
+        for s, (lo, hi) in zip(sessions, spans, strict=True):
+            if lo != s.state.counters.published or hi - lo != hi0 - lo0:
+                raise RuntimeError(f"publishing latents [{lo}, {hi}) but {s.state.counters.published} is next")
+        states = [s.state for s in sessions]
+        with _timed(timings, "sr"):
+            lr = torch.stack([st.latents.get(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)])
+            refs = torch.cat([st.reference.hr_latent for st in states])
+            seeds = tuple(s.seed * 7919 + lo for s, (lo, _) in zip(sessions, spans, strict=True))
+            hr = self.sr(SRInput(lr, refs, seeds)).latents
+        with _timed(timings, "decode"):
+            td, spf = self.config.vae.temporal_down, self.config.samples_per_frame
+            audio = []
+            for s, (lo, hi) in zip(sessions, spans, strict=True):
+                f0, f1 = frame_span(lo, hi - lo, td)
+                audio.append(s.audio.read(f0 * spf, f1 * spf))
+            out = self.decode(DecodeInput(
+                hr, tuple(lo for lo, _ in spans), DecoderCache.stack([st.decoder for st in states]), tuple(audio),
+                tuple(s._frame_limit() for s in sessions),
+                tuple(st.latents.origins(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)),
+                tuple(st.last_frame for st in states)))
+            caches = out.cache.split([st.reference.decoder for st in states])
+        for st, (_, hi), cache, last, frames in zip(states, spans, caches, out.last, out.frames, strict=True):
+            st.decoder, st.last_frame = cache, last
+            st.counters.published = hi
+            st.counters.frames += len(frames)
+        return out.frames
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A session's next unit of work, read once: the schedule it follows once the chunk ran
+    (the quality's interp setting), and ``plan`` None for the end-of-stream publish."""
+
+    key: BatchKey
+    plan: ChunkPlan | None
+    schedule: ChunkSchedule
+
 
 class StreamSession:
     """One avatar session's rolling state and schedule position."""
@@ -205,6 +325,9 @@ class StreamSession:
         self.finished = False
         self.timings: dict[str, float] = {}
         self.last_chunk = ""
+        # The schedule it follows now: the interp setting of its last N chunk, and since when.
+        self.schedule = pipeline.schedule
+        self._quality = Quality(interp=pipeline.config.schedule.interp)
         self._spf = pipeline.config.samples_per_frame
         self._td = pipeline.config.vae.temporal_down
 
@@ -216,6 +339,11 @@ class StreamSession:
     def close_input(self) -> None:
         self.audio.close()
 
+    def silence_from(self, sample: int) -> int:
+        """Zero the audio fed at or after ``sample`` that no frame was made of yet (an
+        interrupt: the face stops speaking where the voice was cut). Thread-safe."""
+        return self.audio.silence_from(sample)
+
     def _total_n_chunks(self) -> int | None:
         """N chunks the stream needs, once the input is closed."""
         if not self.audio.closed:
@@ -226,117 +354,112 @@ class StreamSession:
     def _frame_limit(self) -> int | None:
         return -(-self.audio.total // self._spf) if self.audio.closed else None
 
-    def _next_plan(self) -> ChunkPlan | None:
-        c = self.state.counters
-        if c.pending_i is not None:
-            return self.pipe.schedule.i_chunk(c.pending_i)
-        total = self._total_n_chunks()
-        if total is not None and c.next_n >= total:
+    # --- quality ------------------------------------------------------------------------
+    @property
+    def quality(self) -> Quality:
+        """The quality the next chunks run with."""
+        return self._quality
+
+    def set_quality(self, quality: Quality) -> None:
+        """Takes effect at the next chunk that starts: I chunks on or off and the steps and
+        guidance from the next N chunk on (an I chunk the last N chunk already owes still runs).
+        Frames stay published exactly once, in order, across any change."""
+        self.schedule.switched(quality.interp, self.state.counters.next_n)  # refuses I chunks without seams
+        self._quality = quality
+
+    # --- what runs next -----------------------------------------------------------------
+    def _work(self) -> _Work | None:
+        """The next chunk under the current quality, or None when nothing can run now."""
+        if self.finished:
             return None
-        plan = self.pipe.schedule.n_chunk(c.next_n)
-        needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
-        return plan if self.audio.closed or self.audio.total >= needed else None
+        quality, c, cfg = self._quality, self.state.counters, self.pipe.config
+        schedule = self.schedule
+        if c.pending_i is not None:
+            plan = schedule.i_chunk(c.pending_i)
+            steps, guided = min(self.pipe.steps, cfg.interp_steps), False
+        else:
+            total = self._total_n_chunks()
+            if total is not None and c.next_n >= total:
+                return _Work(BatchKey("tail", 0, False, self.pipe.batch_engine, owner=id(self)), None, schedule)
+            schedule = schedule.switched(quality.interp, c.next_n)
+            plan = schedule.n_chunk(c.next_n)
+            needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
+            if not self.audio.closed and self.audio.total < needed:
+                return None
+            steps, guided = quality.steps or self.pipe.steps, quality.guidance and cfg.audio_guidance != 1.0
+        s0 = plan.span[0]
+        history = ()
+        if plan.kind == "N" and self.state.history is not None:
+            history = tuple(f - s0 for f in self.state.history.frames())
+        lo, hi = plan.publish
+        key = BatchKey(plan.kind, steps, guided, self.pipe.batch_engine, plan.span[1] - s0,
+                       (plan.generate[0] - s0, plan.generate[1] - s0), history, hi - lo, lo == 0 and hi > lo,
+                       schedule.config.interp)
+        return _Work(key, plan, schedule)
+
+    def batch_key(self) -> BatchKey | None:
+        """What this session's next chunk shares with others it can run in one batch with;
+        None when nothing can run now (``ready()`` is False)."""
+        work = self._work()
+        return work.key if work is not None else None
 
     @property
     def chunks_run(self) -> int:
         return self.state.counters.chunks
 
     def ready(self) -> bool:
-        if self.finished:
-            return False
-        if self._next_plan() is not None:
-            return True
-        total = self._total_n_chunks()
-        return total is not None and self.state.counters.next_n >= total
+        return self._work() is not None
 
     # --- one scheduled unit of work ---------------------------------------------------
     def step(self) -> list[PublishedFrame]:
         """Run the next chunk if it can run; returns the frames that became final."""
-        if self.finished:
-            return []
-        self.timings = {}
-        plan = self._next_plan()
+        return self.pipe.step_batch([self]).frames[0]
+
+    def _anchors(self, plan: ChunkPlan) -> torch.Tensor:
+        """An I chunk's span with its clean anchor latents (from the N chunks) in place."""
+        (l0, l1), (r0, r1) = plan.anchors
+        held = self.state.latents
+        anchors = torch.zeros(plan.span[1] - plan.span[0], *held.data.shape[1:])
+        anchors[: l1 - l0] = held.get(l0, l1)
+        anchors[r0 - plan.span[0]:] = held.get(r0, r1)
+        return anchors
+
+    def _keep(self, plan: ChunkPlan, latents: torch.Tensor) -> None:
+        g0 = plan.generate[0]
+        if self.state.latents is None:
+            self.state.latents = LatentWindow(g0, latents[:0], ())
+        self.state.latents = self.state.latents.put(g0, latents, plan.name)
+
+    def _advance(self, plan: ChunkPlan, schedule: ChunkSchedule) -> None:
+        """Past ``plan``: an N chunk fixes the schedule it ran on and may owe the seam before it."""
         c = self.state.counters
-        if plan is None:
-            total = self._total_n_chunks()
-            if total is None or c.next_n < total:
-                return []
-            lo, hi = self.pipe.schedule.tail(c.next_n - 1) if c.next_n else (0, 0)
-            frames = self._publish(lo, hi)
-            self.finished = True
-            self.state.latents = None
-            return frames
-        self._run(plan)
         c.chunks += 1
+        self.schedule = schedule
         if plan.kind == "N":
             c.next_n += 1
-            if self.pipe.config.schedule.interp and plan.index >= 1:
-                c.pending_i = plan.index - 1
+            seam = schedule.i_after(plan.index)
+            c.pending_i = seam.index if seam is not None else None
         else:
             c.pending_i = None
-        frames = self._publish(*plan.publish)
-        self._release()
-        self.last_chunk = plan.name
+
+    def _finish(self, timings: dict[str, float]) -> list[PublishedFrame]:
+        """The end of the stream: publish what the last chunks left."""
+        c = self.state.counters
+        span = self.schedule.tail(c.next_n - 1) if c.next_n else (0, 0)
+        frames = self.pipe._publish([self], [span], timings)[0]
+        self.finished = True
+        self.state.latents = None
         return frames
-
-    def _timed(self, stage: str, t0: float) -> None:
-        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
-
-    def _run(self, plan: ChunkPlan) -> None:
-        pipe, state = self.pipe, self.state
-        t0 = time.perf_counter()
-        span = pipe.context_gen.audio_span(plan.span)
-        audio = self.audio.read(*span.samples)
-        ctx = pipe.context_gen(ContextRequest(plan.span, audio, chunk_seed(self.seed, plan)))
-        self._timed("context", t0)
-        t0 = time.perf_counter()
-        anchors = None
-        if plan.kind == "I":
-            (l0, l1), (r0, r1) = plan.anchors
-            anchors = torch.zeros(ctx.noise.shape[1:])
-            anchors[: l1 - l0] = state.latents.get(l0, l1)
-            anchors[r0 - plan.span[0]:] = state.latents.get(r0, r1)
-        out = pipe.a2v(A2VInput(plan, ctx, state.reference.kv, state.history, anchors))
-        self._timed("a2v", t0)
-        if out.history is not None:
-            state.history = out.history
-        g0 = plan.generate[0]
-        if state.latents is None:
-            state.latents = LatentWindow(g0, out.latents[:0], ())
-        state.latents = state.latents.put(g0, out.latents, plan.name)
-
-    def _publish(self, lo: int, hi: int) -> list[PublishedFrame]:
-        c, pipe = self.state.counters, self.pipe
-        if hi <= lo or self.state.latents is None:
-            return []
-        if lo != c.published:
-            raise RuntimeError(f"publishing latents [{lo}, {hi}) but {c.published} is next")
-        t0 = time.perf_counter()
-        lr = self.state.latents.get(lo, hi)
-        hr = pipe.sr(SRInput(lr, self.state.reference.hr_latent, self.seed * 7919 + lo)).latents
-        self._timed("sr", t0)
-        t0 = time.perf_counter()
-        f0, f1 = frame_span(lo, hi - lo, self._td)
-        audio = self.audio.read(f0 * self._spf, f1 * self._spf)
-        origin = self.state.latents.origins(lo, hi)
-        out = pipe.decode(DecodeInput(hr, lo, self.state.decoder, audio, self._frame_limit(), origin,
-                                      self.state.last_frame))
-        self._timed("decode", t0)
-        self.state.decoder = out.cache
-        self.state.last_frame = out.last
-        c.published = hi
-        c.frames += len(out.frames)
-        return out.frames
 
     def _release(self) -> None:
         """Drop latents and audio that no later chunk or publish can need."""
-        c, sched = self.state.counters, self.pipe.config.schedule
+        c, schedule = self.state.counters, self.schedule
         keep_latent = c.published
-        spans = [self.pipe.schedule.n_chunk(c.next_n).span]
-        if sched.interp and c.next_n >= 1:
-            nxt = self.pipe.schedule.i_chunk(c.pending_i if c.pending_i is not None else c.next_n - 1)
-            keep_latent = min(keep_latent, nxt.span[0])
-            spans.append(nxt.span)
+        spans = [schedule.n_chunk(c.next_n).span]
+        seam = schedule.i_chunk(c.pending_i) if c.pending_i is not None else schedule.i_after(c.next_n)
+        if seam is not None:
+            keep_latent = min(keep_latent, seam.span[0])
+            spans.append(seam.span)
         if self.state.latents is not None:
             self.state.latents = self.state.latents.drop_before(keep_latent)
         keep_sample = latent_frames(c.published, self._td)[0] * self._spf

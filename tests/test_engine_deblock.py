@@ -112,9 +112,9 @@ def test_decode_stage_publishes_deblocked_frames_and_carries_the_last_one() -> N
         for size in (3, 2, 2):
             f0, f1 = frame_span(at, size, td)
             audio = np.zeros((f1 - f0) * spf, dtype=np.float32)
-            out = stage(DecodeInput(z[at:at + size], at, cache, audio, None, ("N0",) * size, last))
-            cache, last = out.cache, out.last
-            frames += out.frames
+            out = stage(DecodeInput(z[None, at:at + size], (at,), cache, (audio,), (None,), (("N0",) * size,), (last,)))
+            cache, (last,) = out.cache, out.last
+            frames += out.frames[0]
             at += size
         got = np.stack([f.rgb for f in frames])
         assert [f.index for f in frames] == list(range(len(want)))

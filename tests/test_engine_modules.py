@@ -385,7 +385,7 @@ def test_a2v_holds_anchors_clean_and_runs_the_step_grid() -> None:
             assert torch.allclose(t[0, side], torch.full((a,), sigma))  # anchors stay clean ...
             assert torch.equal(x[0, side], clean[0, side])  # ... and unchanged
         assert torch.allclose(t[0, a:f - a], torch.full((f - 2 * a,), expect))
-    assert out.history is None and out.latents.shape[0] == i_plan.generate[1] - i_plan.generate[0]
+    assert out.history is None and out.latents.shape[1] == i_plan.generate[1] - i_plan.generate[0]
 
 
 def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(speech) -> None:

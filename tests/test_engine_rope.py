@@ -201,7 +201,7 @@ def test_a2v_stage_at_a_million_equals_the_same_chunk_near_the_start(monkeypatch
     anchors = torch.randn(i_near.span[1] - i_near.span[0], cfg.vae.latent_channels,
                           *(n * cfg.dit.patch for n in dit.grid), generator=torch.Generator().manual_seed(9))
     seam_far, seam_near = run_stage_pair(stage, gen, ref, i_far, i_near, None, None, anchors, i_audio)
-    assert seam_far.history is None and seam_far.latents.shape[0] == i_far.generate[1] - i_far.generate[0]
+    assert seam_far.history is None and seam_far.latents.shape[1] == i_far.generate[1] - i_far.generate[0]
     assert (seam_far.latents - seam_near.latents).abs().max() < 1e-5
     # the seam is generated from its anchors: other anchors, another seam
     other, _ = run_stage_pair(stage, gen, ref, i_far, i_near, None, None, anchors.flip(0), i_audio)

@@ -262,8 +262,8 @@ def test_i_chunk_replaces_exactly_the_seam(micro_pipe, speech) -> None:
         # its anchors are N_k's last and N_{k+1}'s first latents, exactly as they were
         inp = inputs[i]
         assert inp.plan.name == name
-        assert torch.equal(inp.anchors[:a], prev_data[b - s - a - prev_start:b - s - prev_start])
-        assert torch.equal(inp.anchors[-a:], prev_data[b + s - prev_start:b + s + a - prev_start])
+        assert torch.equal(inp.anchors[0, :a], prev_data[b - s - a - prev_start:b - s - prev_start])
+        assert torch.equal(inp.anchors[0, -a:], prev_data[b + s - prev_start:b + s + a - prev_start])
         common = range(max(start, prev_start), min(start + len(data), prev_start + len(prev_data)))
         assert set(range(b - s - a, b + s + a)) <= set(common)
         for g in common:

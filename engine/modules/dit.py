@@ -10,6 +10,7 @@ Per-frame timesteps let clean anchor frames sit beside noisy ones in one chunk.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,8 @@ from engine.modules.rope import RopeTables, apply_rope, token_grid, window_base
 class KVBlock:
     """Un-roped keys/values of some tokens for every layer, with each token's latent frame.
 
-    ``frame`` is the global latent index per token; reference tokens use -1.
+    ``frame`` is the global latent index per token, shared by every row of a batch;
+    reference tokens use -1.
     """
 
     k: torch.Tensor  # (layers, B, N, heads, head_dim)
@@ -49,6 +51,29 @@ class KVBlock:
         if a is None:
             return b
         return KVBlock(torch.cat([a.k, b.k], 2), torch.cat([a.v, b.v], 2), torch.cat([a.frame, b.frame]))
+
+    def shifted(self, delta: int) -> KVBlock:
+        """The same K/V moved ``delta`` latents along the timeline (reference tokens stay at -1)."""
+        if delta == 0:
+            return self
+        return KVBlock(self.k, self.v, torch.where(self.frame < 0, self.frame, self.frame + delta))
+
+    @staticmethod
+    def stack(blocks: Sequence[KVBlock]) -> KVBlock:
+        """Blocks of the same tokens (one row each) as one batch along B."""
+        first = blocks[0]
+        if len(blocks) == 1:
+            return first
+        if any(not torch.equal(b.frame, first.frame) for b in blocks[1:]):
+            raise ValueError("only K/V blocks of the same frames stack into one batch")
+        return KVBlock(torch.cat([b.k for b in blocks], 1), torch.cat([b.v for b in blocks], 1), first.frame)
+
+    def split(self) -> list[KVBlock]:
+        """One block per row along B, each a copy of its own (so no row keeps the batch alive)."""
+        if self.k.shape[1] == 1:
+            return [self]
+        return [KVBlock(k.clone(), v.clone(), self.frame.clone())
+                for k, v in zip(self.k.split(1, 1), self.v.split(1, 1), strict=True)]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ sequence at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +96,30 @@ class DecoderCache:
     def nbytes(self) -> int:
         """Bytes carried from chunk to chunk (the reference is counted where it is owned)."""
         return sum(t.numel() * t.element_size() for t in self.prev)
+
+    @staticmethod
+    def stack(caches: Sequence[DecoderCache]) -> DecoderCache:
+        """Sessions' caches (one row each, all started or none) as one batch along B."""
+        first = caches[0]
+        if len(caches) == 1:
+            return first
+        if any(c.started != first.started for c in caches):
+            raise ValueError("a started and a fresh decoder cache cannot share a batch")
+        prev = tuple(torch.cat(rows) for rows in zip(*(c.prev for c in caches), strict=True))
+        low = torch.cat([c.reference.low for c in caches])
+        high = torch.cat([c.reference.high for c in caches])
+        return DecoderCache(prev, first.started, DecoderReference(low, high))
+
+    def split(self, references: Sequence[DecoderReference]) -> list[DecoderCache]:
+        """One cache per row, each with its session's own ``references`` entry instead of a
+        slice of the batch's stacked copy, and its own copy of the carried features."""
+        if len(references) != self.prev[0].shape[0]:
+            raise ValueError(f"{len(references)} references for a cache of {self.prev[0].shape[0]} rows")
+        if len(references) == 1:
+            return [DecoderCache(self.prev, self.started, references[0])]
+        rows = zip(*(p.split(1) for p in self.prev), strict=True)
+        return [DecoderCache(tuple(t.clone() for t in row), self.started, ref)
+                for row, ref in zip(rows, references, strict=True)]
 
 
 def latent_count(num_frames: int, temporal_down: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,14 +27,30 @@ class ContextRequest:
     span: tuple[int, int]  # global latent indices
     audio: np.ndarray  # samples of ``AudioSpan.samples`` for this span
     seed: int
+    guided: bool = True  # the chunk may be guided (with the config's guidance): encode silence too
 
 
 @dataclass(frozen=True)
 class ChunkContext:
-    span: tuple[int, int]
-    audio_tokens: torch.Tensor  # (1, F, A, Da)
-    noise: torch.Tensor  # (1, F, c, h, w) low-res latent noise
-    silence_tokens: torch.Tensor | None = None  # (1, 1, A, Da): what silence sounds like, for guidance
+    """One row per session (B = 1 from ContextGen; ``stack`` makes a batch)."""
+
+    span: tuple[int, int]  # the first row's; the rows of a batch share its layout
+    audio_tokens: torch.Tensor  # (B, F, A, Da)
+    noise: torch.Tensor  # (B, F, c, h, w) low-res latent noise
+    silence_tokens: torch.Tensor | None = None  # (B, 1, A, Da): what silence sounds like, for guidance
+
+    @staticmethod
+    def stack(contexts: Sequence[ChunkContext]) -> ChunkContext:
+        first = contexts[0]
+        if len(contexts) == 1:
+            return first
+        silence = [c.silence_tokens for c in contexts]
+        if any((s is None) != (silence[0] is None) for s in silence):
+            raise ValueError("guided and unguided chunk contexts cannot share a batch")
+        return ChunkContext(
+            first.span, torch.cat([c.audio_tokens for c in contexts]), torch.cat([c.noise for c in contexts]),
+            None if silence[0] is None else torch.cat(silence),
+        )
 
 
 class ContextGen:
@@ -61,7 +78,7 @@ class ContextGen:
         mel = self.mel(torch.from_numpy(req.audio))  # (mel_count, bins)
         step = self.config.vae.temporal_down * self.mel_per_frame
         windows = mel.unfold(0, self.window, step).transpose(1, 2)  # (F, window, bins)
-        guided = self.config.audio_guidance != 1.0
+        guided = req.guided and self.config.audio_guidance != 1.0
         if guided:  # one more window, of the log-mel floor, in the same encoder batch
             windows = torch.cat([windows, torch.full_like(windows[:1], SILENCE_LEVEL)])
         with torch.inference_mode():

@@ -1,6 +1,7 @@
 """DecodeAndPublish: final latents -> RGB frames with media timestamps, via the streaming
 causal VAE decoder and the temporal deblocking filter (the decoder's cache and the last
-output frame are all that is carried to the next call)."""
+output frame are all that is carried to the next call). One decoder step serves a batch of
+sessions publishing as many latents each; deblocking and publishing are per session."""
 
 from __future__ import annotations
 
@@ -17,20 +18,22 @@ from engine.stages.deblock import temporal_deblock
 
 @dataclass(frozen=True)
 class DecodeInput:
-    latents: torch.Tensor  # (F, c, H, W) full latents, in timeline order
-    first_latent: int  # global index of latents[0]
-    cache: DecoderCache
-    audio: np.ndarray  # samples for the decoded frames' span (see ``frame_span``)
-    frame_limit: int | None  # frames at or past this index are not published (end of stream)
-    origin: tuple[str, ...]  # producing chunk of each latent
-    previous: torch.Tensor | None = None  # the last output frame before these (deblocking)
+    """B rows, one per session; tuples hold each row's entry."""
+
+    latents: torch.Tensor  # (B, F, c, H, W) full latents, in timeline order
+    first_latent: tuple[int, ...]  # global index of each row's latents[0]
+    cache: DecoderCache  # B rows
+    audio: tuple[np.ndarray, ...]  # samples for the decoded frames' span (see ``frame_span``)
+    frame_limit: tuple[int | None, ...]  # frames at or past this index are not published (end of stream)
+    origin: tuple[tuple[str, ...], ...]  # producing chunk of each latent
+    previous: tuple[torch.Tensor | None, ...]  # the last output frame before these (deblocking)
 
 
 @dataclass(frozen=True)
 class DecodeOutput:
-    frames: list[PublishedFrame]
-    cache: DecoderCache
-    last: torch.Tensor | None = None  # the last output frame, the next call's ``previous``
+    frames: list[list[PublishedFrame]]  # per row
+    cache: DecoderCache  # B rows
+    last: tuple[torch.Tensor | None, ...]  # each row's last output frame, its next call's ``previous``
 
 
 def frame_span(first_latent: int, count: int, temporal_down: int) -> tuple[int, int]:
@@ -61,25 +64,37 @@ class DecodeAndPublish:
         self.spf = sample_rate // fps
 
     def __call__(self, inp: DecodeInput) -> DecodeOutput:
-        count = inp.latents.shape[0]
+        rows, count = inp.latents.shape[:2]
         if count == 0:
-            return DecodeOutput([], inp.cache, inp.previous)
+            return DecodeOutput([[] for _ in range(rows)], inp.cache, inp.previous)
         td = self.decoder.config.vae.temporal_down
-        start, end = frame_span(inp.first_latent, count, td)
-        if inp.audio.shape[0] != (end - start) * self.spf:
-            raise ValueError("audio does not match the decoded frames")
+        for first, audio in zip(inp.first_latent, inp.audio, strict=True):
+            start, end = frame_span(first, count, td)
+            if audio.shape[0] != (end - start) * self.spf:
+                raise ValueError("audio does not match the decoded frames")
         with torch.inference_mode():
-            video, cache = self.decoder.step(inp.latents[None].to(self.decoder.device), inp.cache)
-            if video.shape[1] != end - start:
-                raise RuntimeError(f"decoder produced {video.shape[1]} frames, expected {end - start}")
-            video, last = temporal_deblock(video[0], inp.first_latent, inp.previous, self.deblock, td)
+            video, cache = self.decoder.step(inp.latents.to(self.decoder.device), inp.cache)
+        published = [self._publish(video[i], inp.first_latent[i], count, inp.audio[i], inp.frame_limit[i],
+                                   inp.origin[i], inp.previous[i]) for i in range(rows)]
+        return DecodeOutput([frames for frames, _ in published], cache, tuple(last for _, last in published))
+
+    def _publish(self, video: torch.Tensor, first_latent: int, count: int, audio: np.ndarray,
+                 frame_limit: int | None, origin: tuple[str, ...],
+                 previous: torch.Tensor | None) -> tuple[list[PublishedFrame], torch.Tensor | None]:
+        """One row's decoded frames deblocked and timestamped."""
+        td = self.decoder.config.vae.temporal_down
+        start, end = frame_span(first_latent, count, td)
+        if video.shape[0] != end - start:
+            raise RuntimeError(f"decoder produced {video.shape[0]} frames, expected {end - start}")
+        with torch.inference_mode():
+            video, last = temporal_deblock(video, first_latent, previous, self.deblock, td)
         rgb = to_uint8(video)
         frames = []
         for i in range(end - start):
             n = start + i
-            if inp.frame_limit is not None and n >= inp.frame_limit:
+            if frame_limit is not None and n >= frame_limit:
                 break
-            audio = inp.audio[i * self.spf:(i + 1) * self.spf]
-            origin = inp.origin[frame_latent(n, td) - inp.first_latent]
-            frames.append(PublishedFrame(n, self.fps, rgb[i], audio, self.sample_rate, origin))
-        return DecodeOutput(frames, cache, last)
+            samples = audio[i * self.spf:(i + 1) * self.spf]
+            frames.append(PublishedFrame(n, self.fps, rgb[i], samples, self.sample_rate,
+                                         origin[frame_latent(n, td) - first_latent]))
+        return frames, last
