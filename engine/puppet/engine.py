@@ -11,17 +11,19 @@ learned pipeline does.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from engine.avatars import DEFAULT_AVATAR
+from engine.batch import BatchKey, BatchResult, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
 from engine.puppet.draw import render
 from engine.puppet.identity import Identity, get_identity
 from engine.puppet.stream import FaceTracker
+from engine.quality import Quality
 from engine.state import AudioBuffer
 
 CHUNK_FRAMES = 4
@@ -43,6 +45,7 @@ class PuppetPipeline(ConfiguredEngine):
         self.device = "cpu"
         self.steps = 0
         self.weights_loaded: list[str] = []
+        self.batch_engine = (PUPPET, id(self))
 
     @classmethod
     def from_config(cls, name: str | EngineConfig = PUPPET, device: str = "cpu", steps: int | None = None,
@@ -89,6 +92,18 @@ class PuppetPipeline(ConfiguredEngine):
         session.close_input()
         return drain(session)
 
+    def step_batch(self, sessions: Sequence[PuppetSession]) -> BatchResult:
+        """``Pipeline.step_batch``'s surface: drawing has no batched form, so the sessions
+        (all of one batch key) are drawn one after the other; timings add up."""
+        shared_key(sessions, [s.batch_key() for s in sessions], self.batch_engine)
+        frames: list[list[PublishedFrame]] = []
+        timings: dict[str, float] = {}
+        for s in sessions:
+            frames.append(s._step())
+            for stage, secs in s.timings.items():
+                timings[stage] = timings.get(stage, 0.0) + secs
+        return BatchResult(frames, timings)
+
 
 class PuppetSession:
     """One stream: audio in, one face state per frame from the streaming tracker, each frame
@@ -108,6 +123,7 @@ class PuppetSession:
         self.last_chunk = ""
         self.chunks_run = 0
         self.published = 0  # frames
+        self.quality = Quality(interp=False)
         self._spf = pipeline.config.samples_per_frame
 
     def feed(self, pcm: np.ndarray) -> None:
@@ -116,6 +132,14 @@ class PuppetSession:
 
     def close_input(self) -> None:
         self.audio.close()
+
+    def silence_from(self, sample: int) -> int:
+        """Zero the audio fed at or after ``sample`` that is not drawn yet (thread-safe)."""
+        return self.audio.silence_from(sample)
+
+    def set_quality(self, quality: Quality) -> None:
+        """Kept and reported, nothing more: the puppet has no I chunks, steps or guidance."""
+        self.quality = quality
 
     def _frame_limit(self) -> int | None:
         """Frames the stream has in all, once the input is closed (a partial last frame counts)."""
@@ -134,8 +158,21 @@ class PuppetSession:
         limit = self._frame_limit()
         return limit is not None or self._next_count(limit) > 0
 
+    def batch_key(self) -> BatchKey | None:
+        """Chunks of ``chunk_frames`` frames share a key; the stream's last one is its own."""
+        if not self.ready():
+            return None
+        limit = self._frame_limit()
+        count = self._next_count(limit)
+        if limit is not None and self.published + count >= limit:
+            return BatchKey("tail", 0, False, self.pipe.batch_engine, publish=count, owner=id(self))
+        return BatchKey("N", 0, False, self.pipe.batch_engine, publish=count)
+
     def step(self) -> list[PublishedFrame]:
         """Draw the next chunk if its audio is in; returns its frames (none if it is not)."""
+        return self.pipe.step_batch([self]).frames[0]
+
+    def _step(self) -> list[PublishedFrame]:
         if self.finished:
             return []
         self.timings = {}
