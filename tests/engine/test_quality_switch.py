@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from batch_helpers import assert_same_frames
+from test_engine_schedule import SCHEDULES  # the schedule tests' shapes
 
 from engine.bench import speech_like
 from engine.config import ScheduleConfig, get_config
@@ -24,13 +25,6 @@ from engine.stages.decode_publish import frame_latent, frame_span
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SR, SPF = 16000, 640
-SCHEDULES = [
-    ScheduleConfig(chunk=3, seam=1, anchor=1),
-    ScheduleConfig(chunk=4, seam=1, anchor=1),
-    ScheduleConfig(chunk=5, seam=2, anchor=1),
-    ScheduleConfig(chunk=6, seam=1, anchor=2),
-    ScheduleConfig(chunk=7, seam=2, anchor=3),
-]
 
 
 def run_schedule(config: ScheduleConfig, n_chunks: int, interp_before: dict[int, bool]) -> list[ChunkPlan]:
