@@ -16,9 +16,18 @@ import numpy as np
 import websockets
 from aiortc import MediaStreamTrack, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError
-from server_helpers import Running, connect_client, wait_until
+from server_helpers import Running, connect_client, speech_pcm16, wait_until
 
 PACKET_S = 0.02
+LEAD_S = 3.0  # silence on the microphone before the user speaks
+
+
+def user_wav(rate: int = 16000) -> tuple[np.ndarray, float]:
+    """Silence, then a sentence of real speech, then silence (int16); and the speech's length."""
+    speech = speech_pcm16(rate)
+    return np.concatenate([np.zeros(int(LEAD_S * rate), np.int16), speech, np.zeros(2 * rate, np.int16)]), (
+        speech.size / rate
+    )
 
 
 class Events:

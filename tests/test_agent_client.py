@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import websockets
-from agent_helpers import tone
+from agent_helpers import LEAD_S, tone, user_wav
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, session_tasks, wait_until
-from test_agent_vad import LEAD_S, user_wav
 
 from server.api.protocol import PlaybackFinished, PlaybackStarted, UtteranceQueued
 from server.client import AvatarError, AvatarSession

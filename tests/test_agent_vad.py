@@ -8,22 +8,13 @@ import base64
 import numpy as np
 import pytest
 import torch
-from agent_helpers import append_message, live_session, tone
-from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, speech_pcm16
+from agent_helpers import LEAD_S, append_message, live_session, tone, user_wav
+from server_helpers import SpeechTrack, loopback_only, make_settings, running_server
 
 from server.media.audio import pcm16_to_float
 from server.voice.vad import SpeechDetector, SpeechStarted, SpeechStopped
 
 SR = 16000
-LEAD_S = 3.0  # silence on the microphone before the user speaks
-
-
-def user_wav(rate: int = SR) -> tuple[np.ndarray, float]:
-    """Silence, then a sentence of real speech, then silence (int16); and the speech's length."""
-    speech = speech_pcm16(rate)
-    return np.concatenate([np.zeros(int(LEAD_S * rate), np.int16), speech, np.zeros(2 * rate, np.int16)]), (
-        speech.size / rate
-    )
 
 
 def run_detector(pcm: np.ndarray, rate: int) -> list:
