@@ -270,15 +270,25 @@ class VAEDecoder(Module):
         x = x.reshape(b, f, td, -1, h, w).reshape(b, f * td, -1, h, w)
         if not cache.started:
             x = x[:, td - 1:]
-        n = x.shape[1]
+        # On a CPU the full-resolution layers are bound by memory traffic: a batch of sessions
+        # goes through them one session at a time, so the activations stay cache-sized.
+        rows = 1 if x.device.type == "cpu" else b
+        frames = [self._full_resolution(part, high) for part, high in zip(x.split(rows), ref.high.split(rows),
+                                                                          strict=True)]
+        return torch.cat(frames), DecoderCache(prev=(p1, p2), started=True, reference=ref)
+
+    def _full_resolution(self, x: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+        """Per-frame up-sampling (b, n, C, h, w) -> (b, n, 3, H, W), with the reference's
+        ``high`` features (b, ...) mixed in at the last resolution."""
+        b, n, _, h, w = x.shape
         y = x.reshape(b * n, -1, h, w).contiguous(memory_format=torch.channels_last)  # faster CPU up-sampling
         y = F.silu(y)
         for conv, gn in zip(self.ups, self.up_norms, strict=True):
             y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
-        mixed = _frame_half(self.mix_high, y).reshape(b, n, *y.shape[1:]) + ref.high[:, None]
+        mixed = _frame_half(self.mix_high, y).reshape(b, n, *y.shape[1:]) + high[:, None]
         y = y + F.silu(mixed.reshape(y.shape))
         y = F.pixel_shuffle(self.out(y).contiguous(), self.ps).clamp(-1, 1)
-        return y.reshape(b, n, *y.shape[1:]), DecoderCache(prev=(p1, p2), started=True, reference=ref)
+        return y.reshape(b, n, *y.shape[1:])
 
 
 def _frame_half(mix: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
