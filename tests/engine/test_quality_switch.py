@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from batch_helpers import assert_same_frames
-from test_engine_schedule import SCHEDULES  # the schedule tests' shapes
 
 from engine.bench import speech_like
 from engine.config import ScheduleConfig, get_config
@@ -25,6 +24,9 @@ from engine.stages.decode_publish import frame_latent, frame_span
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SR, SPF = 16000, 640
+# every valid shape up to chunks of 7 latents
+SCHEDULES = [ScheduleConfig(chunk=c, seam=s, anchor=a)
+             for c in range(3, 8) for s in (1, 2) for a in (1, 2, 3) if 2 * s + a <= c]
 
 
 def run_schedule(config: ScheduleConfig, n_chunks: int, interp_before: dict[int, bool]) -> list[ChunkPlan]:
