@@ -70,11 +70,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import format_result, run_bench, write_json
 
     pipe = _pipeline(args)
+    if args.sessions:
+        return _bench_sessions(pipe, args)
     checkpoints = tuple(int(x) for x in args.checkpoints.split(",")) if args.checkpoints else ()
     result = run_bench(pipe, seconds=args.seconds, chunks=args.chunks, checkpoints=checkpoints)
     print(format_result(result))
     if args.json:
         write_json(result, args.json)
+    return 0
+
+
+def _bench_sessions(pipe, args: argparse.Namespace) -> int:
+    from engine.service.bench import format_sessions, run_sessions_bench, write_sessions_json
+
+    try:
+        counts = [int(x) for x in args.sessions.split(",")]
+    except ValueError:
+        raise CliError(f"--sessions takes counts like 1,2,4, not {args.sessions!r}") from None
+    if not counts or min(counts) < 1:
+        raise CliError("--sessions needs counts of at least 1")
+    seconds = args.seconds if args.seconds_given else 10.0
+    results = [run_sessions_bench(pipe, n, batched=not args.no_batch, seconds=seconds) for n in counts]
+    print(format_sessions(results))
+    if args.json:
+        write_sessions_json(results, args.json)
     return 0
 
 
@@ -92,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=cmd_render)
 
     bench = sub.add_parser("bench", help="measure first frame, fps, real-time factor, memory")
-    bench.add_argument("--seconds", type=float, default=60.0, help="seconds of audio to generate")
+    bench.add_argument("--seconds", type=float, default=None, help="seconds of audio to generate (60; 10 a session "
+                       "with --sessions)")
+    bench.add_argument("--sessions", default=None, help="N concurrent sessions through one worker, e.g. 1,2,4")
+    bench.add_argument("--no-batch", action="store_true", help="with --sessions: one session per forward")
     bench.add_argument("--chunks", type=int, default=None, help="run this many N chunks instead")
     bench.add_argument("--checkpoints", default="", help="report fps/memory after these chunk counts, e.g. 10,200")
     bench.add_argument("--json", default=None, help="write the result as JSON")
@@ -110,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        args.seconds_given = args.seconds is not None
+        args.seconds = args.seconds if args.seconds is not None else 60.0
     try:
         return int(args.func(args) or 0)
     except (CliError, MediaError, RuntimeError) as exc:

@@ -1,0 +1,181 @@
+"""``EngineClient``: the one interface the web process has to the engine.
+
+Open a session (avatar or image, seed, preset), push its audio by sample index, take its
+published frames in order, silence queued audio on an interrupt, close it, read stats. The
+implementations differ only in where the worker loop runs: ``WorkerPool`` over subprocess
+workers (the default: one per device, crash-isolated, supervised) or over one in-process
+worker thread (``--engine inprocess``, for tests and debugging).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.frames import PublishedFrame
+from engine.service.messages import (
+    EngineInfo,
+    FrameRef,
+    PushAudio,
+    ReleaseSlots,
+    SessionSpec,
+    SetOrigin,
+    SilenceFrom,
+    WorkerStats,
+)
+from engine.service.slots import FrameSlots
+
+
+class EngineError(Exception):
+    """Why a session cannot be served: ``code`` is the API error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class QualityEvent:
+    level: int
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One worker as ``GET /v1/engine`` shows it."""
+
+    index: int
+    pid: int | None
+    device: str
+    alive: bool
+    state: str  # starting | ready | failed | lost
+    sessions: int
+    capacity: int
+    stats: WorkerStats | None
+    error: str | None = None
+
+
+class EngineStream:
+    """One engine session as the web process sees it.
+
+    Frames arrive as slot references; ``next_frame`` copies a frame out of shared memory and
+    gives its slot back, so the engine can run ahead of playout by the slot count at most.
+    """
+
+    def __init__(self, session: str, info: EngineInfo, slots: FrameSlots, send: Callable[[object], None],
+                 on_close: Callable[[EngineStream], None]) -> None:
+        self.id = session
+        self.info = info
+        self.slots = slots
+        self._send = send
+        self._on_close = on_close
+        self._refs: asyncio.Queue[FrameRef | None] = asyncio.Queue()
+        self.quality_events: asyncio.Queue[QualityEvent] = asyncio.Queue(64)
+        self.quality_level = 0
+        self.error: EngineError | None = None
+        self.lost = asyncio.Event()
+        self.closed = False
+        self._release: list[int] = []
+        self._release_scheduled = False
+        self.state_bytes = 0
+
+    # ---- audio in ----------------------------------------------------------------------
+
+    def push_audio(self, start: int, samples: np.ndarray) -> None:
+        if not self.closed and self.error is None:
+            self._send(PushAudio(self.id, start, np.ascontiguousarray(samples, dtype=np.float32)))
+
+    def silence_from(self, sample: int) -> None:
+        if not self.closed and self.error is None:
+            self._send(SilenceFrom(self.id, sample))
+
+    def set_origin(self, origin: float) -> None:
+        """Frame n will be played at ``origin + n / fps`` (``time.monotonic()`` seconds)."""
+        if not self.closed and self.error is None:
+            self._send(SetOrigin(self.id, origin))
+
+    # ---- frames out --------------------------------------------------------------------
+
+    async def next_frame(self) -> PublishedFrame:
+        """The next published frame, in order; raises EngineError once the engine is gone."""
+        ref = await self._refs.get()
+        if ref is None:
+            raise self.error or EngineError("closed", "the session is closed")
+        rgb, audio = self.slots.read(ref.slot)
+        self._give_back(ref.slot)
+        info = self.info
+        return PublishedFrame(ref.index, info.fps, rgb, audio, info.sample_rate, ref.chunk)
+
+    def pending(self) -> int:
+        return self._refs.qsize()
+
+    def _give_back(self, slot: int) -> None:
+        self._release.append(slot)
+        if not self._release_scheduled:
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_release)
+
+    def _flush_release(self) -> None:
+        self._release_scheduled = False
+        if self._release and not self.closed and self.error is None:
+            self._send(ReleaseSlots(self.id, tuple(self._release)))
+        self._release.clear()
+
+    # ---- from the worker link ----------------------------------------------------------
+
+    def _frames(self, refs: tuple[FrameRef, ...]) -> None:
+        for ref in refs:
+            self._refs.put_nowait(ref)
+
+    def _quality(self, event: QualityEvent) -> None:
+        self.quality_level = event.level
+        if self.quality_events.full():
+            self.quality_events.get_nowait()
+        self.quality_events.put_nowait(event)
+
+    def _fail(self, error: EngineError) -> None:
+        if self.error is None:
+            self.error = error
+            self._refs.put_nowait(None)
+            self.lost.set()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._on_close(self)
+        self._refs.put_nowait(None)
+        self.slots.unlink()
+
+
+class EngineClient(abc.ABC):
+    """The engine as the web process uses it (see the module docstring)."""
+
+    info: EngineInfo | None
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def open(self, spec: SessionSpec) -> EngineStream:
+        """A new engine session; EngineError ``at_capacity`` / ``engine_unavailable`` / ``bad_request``."""
+
+    @abc.abstractmethod
+    def workers(self) -> list[WorkerView]: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @property
+    def healthy(self) -> bool:
+        views = self.workers()
+        return bool(views) and all(v.alive for v in views)
+
+    def capacity(self) -> int:
+        return sum(v.capacity for v in self.workers() if v.alive)

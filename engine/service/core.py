@@ -1,0 +1,251 @@
+"""EngineCore: every session of one worker, their rolling state, and one scheduler over all.
+
+Synchronous and free of I/O: the worker loop (``engine.service.worker``) feeds it commands
+and runs ``step()``; tests drive it directly. Each step asks the scheduler for the most
+urgent batch, runs it as one batched call of the pipeline, records what it cost, and lets
+the quality controller move sessions up or down the quality ladder from their projected
+slack. A session runs only while it holds free frame slots: its credit with playout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.frames import PublishedFrame
+from engine.quality import Quality, quality_ladder
+from engine.service.costs import CostModel
+from engine.service.messages import EngineInfo, SessionSpec
+from engine.service.scheduler import (
+    Candidate,
+    QualityChange,
+    QualityController,
+    plan_batch,
+    project_slack,
+    sessions_in_real_time,
+)
+
+VOICE_RMS = 0.01  # audio blocks louder than this count as speech
+VOICE_HOLD_S = 1.0  # a session counts as speaking this long after its last voiced block
+START_BUDGET_S = 0.3  # before playout starts, a session's next chunk is due this long after it opened
+
+
+class SessionRefused(ValueError):
+    """The request's fault (unknown avatar, unusable image, unknown preset): not the engine's."""
+
+
+@dataclass
+class CoreSession:
+    id: str
+    stream: object  # StreamSession or PuppetSession: batch_key / step_batch / set_quality / feed
+    preset: str
+    ladder: tuple[Quality, ...]
+    free_slots: deque[int]
+    opened_at: float = 0.0
+    origin: float | None = None  # frame n due at origin + n / fps
+    fed: int = 0  # samples fed
+    voiced_until: int = 0  # sample index up to which the session counts as speaking
+    published: int = 0  # frames published so far (the next frame's index)
+    level: int = 0
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    frames: dict[str, list[tuple[int, PublishedFrame]]]  # session -> (slot, frame)
+    batch: tuple[str, ...]
+    seconds: float
+    changes: tuple[QualityChange, ...] = ()
+    failed: dict[str, str] = field(default_factory=dict)  # session -> message
+
+
+def presets_of(steps: int, interp: bool, guided: bool) -> dict[str, tuple[Quality, ...]]:
+    """``quality`` walks the whole ladder; ``fast`` starts with I chunks already off."""
+    full = quality_ladder(steps, interp, guided)
+    return {"quality": full, "fast": tuple(q for q in full if not q.interp) or full}
+
+
+class EngineCore:
+    def __init__(self, pipeline, info: EngineInfo, clock: Callable[[], float] = time.monotonic,
+                 costs: CostModel | None = None, margin_s: float = 0.04, max_batch: int = 16,
+                 slot_frames: int | None = None) -> None:
+        self.pipe = pipeline
+        self.info = info
+        self.clock = clock
+        self.costs = costs or CostModel(prior_s=0.2)
+        self.margin_s = margin_s
+        self.max_batch = max_batch
+        cfg = pipeline.config
+        guided = cfg.audio_guidance != 1.0
+        steps = max(1, getattr(pipeline, "steps", 0) or 1)
+        self.presets = presets_of(steps, True, guided)
+        self.step_frames = info.step_frames
+        self.slot_frames = slot_frames or 2 * self.step_frames
+        self.sessions: dict[str, CoreSession] = {}
+        self.quality = QualityController()
+        self.batches = 0
+        self.batched_sessions = 0
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def open(self, sid: str, spec: SessionSpec, slot_count: int) -> CoreSession:
+        if sid in self.sessions:
+            raise SessionRefused(f"session {sid} is already open")
+        if spec.preset not in self.presets:
+            raise SessionRefused(f"unknown preset {spec.preset!r}; choose one of: {', '.join(self.presets)}")
+        if slot_count < self.step_frames:
+            raise SessionRefused(f"{slot_count} frame slots cannot hold one step ({self.step_frames} frames)")
+        try:
+            stream = self.pipe.open_session(avatar=spec.avatar, image=spec.image, seed=spec.seed)
+        except (KeyError, ValueError) as exc:
+            raise SessionRefused(str(exc).strip("'\"")) from None
+        ladder = self.presets[spec.preset]
+        session = CoreSession(sid, stream, spec.preset, ladder, deque(range(slot_count)), opened_at=self.clock())
+        stream.set_quality(ladder[0])
+        self.sessions[sid] = session
+        self.quality.add(sid, len(ladder))
+        return session
+
+    def push(self, sid: str, start: int, samples: np.ndarray) -> None:
+        """Audio for samples ``[start, start + len)``; a gap is filled with silence, an overlap dropped."""
+        s = self.sessions.get(sid)
+        if s is None:
+            return
+        if start > s.fed:
+            gap = np.zeros(start - s.fed, np.float32)
+            s.stream.feed(gap)
+            s.fed += gap.size
+        samples = samples[s.fed - start:] if start < s.fed else samples
+        if samples.size == 0:
+            return
+        if float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) > VOICE_RMS:
+            s.voiced_until = s.fed + samples.size + int(VOICE_HOLD_S * self.info.sample_rate)
+        s.stream.feed(samples)
+        s.fed += samples.size
+
+    def silence_from(self, sid: str, sample: int) -> None:
+        s = self.sessions.get(sid)
+        if s is not None:
+            s.stream.silence_from(sample)
+            s.voiced_until = min(s.voiced_until, sample)
+
+    def set_origin(self, sid: str, origin: float) -> None:
+        if sid in self.sessions:
+            self.sessions[sid].origin = origin
+
+    def release(self, sid: str, slots: tuple[int, ...]) -> None:
+        s = self.sessions.get(sid)
+        if s is not None:
+            s.free_slots.extend(slots)
+
+    def close(self, sid: str) -> None:
+        if self.sessions.pop(sid, None) is not None:
+            self.quality.remove(sid)
+
+    # ---- scheduling ----------------------------------------------------------------------
+
+    def _deadline(self, s: CoreSession, now: float) -> float:
+        """When the next published frame must play; before playout starts, soon after opening
+        (the first frame should come fast, yet sessions opened together can share a batch)."""
+        if s.origin is None:
+            return s.opened_at + START_BUDGET_S
+        return s.origin + s.published / self.info.fps
+
+    def candidates(self, now: float) -> list[Candidate]:
+        out = []
+        for s in self.sessions.values():
+            if len(s.free_slots) < self.step_frames:
+                continue
+            key = s.stream.batch_key()
+            if key is None:
+                continue
+            speaking = s.voiced_until > s.published * self.info.samples_per_frame
+            out.append(Candidate(s.id, key, cost_key(key), self._deadline(s, now), speaking))
+        return out
+
+    def due(self) -> bool:
+        return bool(self.candidates(self.clock()))
+
+    def step(self) -> StepOutcome | None:
+        """Run the most urgent batch, if any work can run now."""
+        now = self.clock()
+        candidates = self.candidates(now)
+        batch = plan_batch(now, candidates, self.costs, margin_s=self.margin_s, max_batch=self.max_batch)
+        if batch is None:
+            return None
+        members = [self.sessions[c.session] for c in batch.members]
+        t0 = time.perf_counter()
+        try:
+            result = self.pipe.step_batch([s.stream for s in members])
+        except Exception as exc:  # one bad batch fails its own sessions, not the worker
+            message = f"{exc.__class__.__name__}: {exc}"
+            for s in members:
+                self.close(s.id)
+            return StepOutcome({}, tuple(s.id for s in members), time.perf_counter() - t0,
+                               failed={s.id: message for s in members})
+        seconds = time.perf_counter() - t0
+        key = batch.members[0].cost_key
+        self.costs.observe(key, len(members), seconds)
+        self.costs.observe_stages(key, len(members), result.timings)
+        self.batches += 1
+        self.batched_sessions += len(members)
+        frames: dict[str, list[tuple[int, PublishedFrame]]] = {}
+        for s, published in zip(members, result.frames, strict=True):
+            if len(published) > len(s.free_slots):
+                raise RuntimeError(f"session {s.id} published {len(published)} frames into "
+                                   f"{len(s.free_slots)} free slots")
+            frames[s.id] = [(s.free_slots.popleft(), f) for f in published]
+            if published:
+                s.published = published[-1].index + 1
+        return StepOutcome(frames, tuple(s.id for s in members), seconds, self._adapt_quality())
+
+    def _adapt_quality(self) -> tuple[QualityChange, ...]:
+        now = self.clock()
+        candidates = self.candidates(now)
+        if not candidates:
+            return ()
+        slack = project_slack(now, candidates, self.costs, margin_s=self.margin_s)
+        changes = []
+        for sid, value in slack.items():
+            if self.sessions[sid].origin is None:  # not playing yet: its deadline is only "soon"
+                continue
+            change = self.quality.update(sid, value, now)
+            if change is not None:
+                s = self.sessions[sid]
+                s.level = change.new
+                s.stream.set_quality(s.ladder[s.level])
+                changes.append(change)
+        return tuple(changes)
+
+    # ---- figures ------------------------------------------------------------------------
+
+    def work_per_period(self, preset: str = "quality") -> tuple[Hashable, ...]:
+        """The cost keys one session at full quality needs every chunk period."""
+        q = self.presets[preset][0]
+        steps = q.steps or getattr(self.pipe, "steps", 1)
+        guided = q.guidance and self.pipe.config.audio_guidance != 1.0
+        work = [("N", steps, guided)]
+        if q.interp:
+            work.append(("I", min(steps, self.pipe.config.interp_steps), False))
+        return tuple(work)
+
+    def capacity(self) -> int:
+        """More sessions this worker can hold in real time at full quality (never negative)."""
+        period = self.info.frames_per_chunk / self.info.fps
+        total = sessions_in_real_time(self.costs, self.work_per_period(), period)
+        return max(0, total - len(self.sessions))
+
+    @property
+    def batch_mean(self) -> float:
+        return self.batched_sessions / self.batches if self.batches else 0.0
+
+    def state_bytes(self) -> dict[str, int]:
+        return {sid: int(s.stream.nbytes()) for sid, s in self.sessions.items()}
+
+
+def cost_key(key) -> Hashable:
+    """What a batch costs depends on its kind, steps and guidance, not on who is in it."""
+    return (key.kind, key.steps, key.guided)

@@ -1,0 +1,330 @@
+"""``WorkerPool``: the engine workers of this machine, started, watched and replaced.
+
+Each worker is reached through a ``WorkerLink`` (its connection, its sessions, its latest
+stats). A worker that dies (SIGKILL, out of memory, segfault) costs its own sessions an
+``engine_lost`` error at once (the link watches the process sentinel and the connection),
+and the pool starts a replacement; a worker that reports due work but makes no progress
+for ``watchdog_s`` is killed and treated the same way. Sessions go to the worker with the
+most free capacity, as the workers measure it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
+from engine.service.launch import WorkerHandle, launcher
+from engine.service.messages import (
+    CloseSession,
+    EngineInfo,
+    FramesReady,
+    OpenSession,
+    QualityChanged,
+    SessionFailed,
+    SessionOpened,
+    SessionSpec,
+    Shutdown,
+    WorkerFailed,
+    WorkerReady,
+    WorkerStats,
+)
+from engine.service.slots import FrameSlots
+from engine.service.worker import WorkerOptions
+
+log = logging.getLogger(__name__)
+OPEN_TIMEOUT_S = 30.0
+
+
+class WorkerLink:
+    """The web side of one worker."""
+
+    def __init__(self, index: int, options: WorkerOptions, make: Callable[[WorkerOptions], WorkerHandle],
+                 on_ended: Callable[[WorkerLink], None]) -> None:
+        self.index = index
+        self.options = options
+        self._make = make
+        self._on_ended = on_ended
+        self.handle: WorkerHandle | None = None
+        self.state = "starting"
+        self.info: EngineInfo | None = None
+        self.stats: WorkerStats | None = None
+        self.error: str | None = None
+        self.pid: int | None = None
+        self.streams: dict[str, EngineStream] = {}
+        self.opened_since_stats = 0
+        self.ready = asyncio.Event()
+        self.last_heard = time.monotonic()
+        self.progress_at = time.monotonic()  # when the batch count last moved (or nothing was due)
+        self._opening: dict[str, asyncio.Future[SessionOpened]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self.handle = handle = self._make(self.options)
+        self.pid = handle.pid
+        loop.add_reader(handle.conn.fileno(), self._readable)
+        if handle.sentinel is not None:
+            loop.add_reader(handle.sentinel, self._ended, "the engine worker process exited")
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def free(self) -> int:
+        """Capacity left, counting sessions opened since the worker last measured it."""
+        if self.stats is None:
+            return 0
+        return self.stats.capacity - self.opened_since_stats
+
+    # ---- connection ----------------------------------------------------------------------
+
+    def send(self, msg: object) -> None:
+        if self.state in ("lost", "failed", "stopped") or self.handle is None:
+            return
+        try:
+            self.handle.conn.send(msg)
+        except (OSError, ValueError):
+            self._ended("the engine worker's connection broke")
+
+    def _readable(self) -> None:
+        conn = self.handle.conn
+        try:
+            while self.state not in ("lost", "failed", "stopped") and conn.poll():
+                self._dispatch(conn.recv())
+        except (EOFError, OSError):
+            self._ended("the engine worker closed its connection")
+
+    def _dispatch(self, msg: object) -> None:
+        self.last_heard = time.monotonic()
+        match msg:
+            case FramesReady(session, frames):
+                stream = self.streams.get(session)
+                if stream is not None:  # else closed meanwhile: its slot file is gone
+                    stream._frames(frames)
+            case WorkerStats():
+                if self.stats is None or msg.batches != self.stats.batches or not msg.due:
+                    self.progress_at = self.last_heard
+                self.stats = msg
+                self.opened_since_stats = 0
+                for sid, nbytes in msg.state_bytes.items():
+                    if sid in self.streams:
+                        self.streams[sid].state_bytes = nbytes
+            case QualityChanged(session, level, name, reason):
+                if session in self.streams:
+                    self.streams[session]._quality(QualityEvent(level, name, reason))
+            case SessionOpened(session):
+                future = self._opening.pop(session, None)
+                if future is not None and not future.done():
+                    future.set_result(msg)
+            case SessionFailed(session, message):
+                stream = self.streams.pop(session, None)
+                if stream is not None:
+                    stream._fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
+            case WorkerReady(pid, _, info):
+                self.pid, self.info, self.state = pid, info, "ready"
+                self.ready.set()
+            case WorkerFailed(message):
+                self.error = message
+                log.error("engine worker %d could not start: %s", self.index, message)
+                self._ended(message, state="failed")
+
+    def _ended(self, reason: str, state: str = "lost") -> None:
+        """The worker is gone (or never came up): fail its sessions, free its resources."""
+        if self.state in ("lost", "failed", "stopped"):
+            return
+        was_ready = self.state == "ready"
+        self.state = state if self.state != "stopping" else "stopped"
+        loop, handle = self._loop, self.handle
+        if loop is not None and handle is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(handle.conn.fileno())
+            if handle.sentinel is not None:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(handle.sentinel)
+        self.error = self.error or reason
+        error = EngineError("engine_lost", "the engine worker serving this session stopped")
+        for stream in list(self.streams.values()):
+            stream._fail(error)
+        self.streams.clear()
+        for future in self._opening.values():
+            if not future.done():
+                future.set_exception(EngineError("engine_unavailable", "the engine worker stopped"))
+        self._opening.clear()
+        self.ready.set()
+        if was_ready and self.state == "lost":
+            log.error("engine worker %d (pid %s) lost: %s", self.index, self.pid, reason)
+        self._on_ended(self)
+
+    # ---- sessions ------------------------------------------------------------------------
+
+    async def open(self, spec: SessionSpec) -> EngineStream:
+        info = self.info
+        sid = "e_" + secrets.token_hex(6)
+        slots = FrameSlots.create(2 * info.step_frames, info.frame_size, info.samples_per_frame)
+        future: asyncio.Future[SessionOpened] = asyncio.get_running_loop().create_future()
+        self._opening[sid] = future
+        self.opened_since_stats += 1
+        self.send(OpenSession(sid, spec, str(slots.path), slots.count))
+        try:
+            opened = await asyncio.wait_for(future, OPEN_TIMEOUT_S)
+        except BaseException as exc:
+            self._opening.pop(sid, None)
+            slots.unlink()
+            self.send(CloseSession(sid))
+            if isinstance(exc, asyncio.TimeoutError):
+                raise EngineError("engine_unavailable", "the engine did not open the session in time") from None
+            raise
+        if opened.error is not None:
+            slots.unlink()
+            raise EngineError("bad_request", opened.error)
+        stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
+        stream.quality_level = opened.quality_level
+        self.streams[sid] = stream
+        return stream
+
+    def _stream_closed(self, stream: EngineStream) -> None:
+        if self.streams.pop(stream.id, None) is not None:
+            self.send(CloseSession(stream.id))
+
+    def kill(self) -> None:
+        if self.handle is not None:
+            self.handle.kill()
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        if self.state in ("lost", "failed", "stopped"):
+            return
+        self.send(Shutdown())
+        self.state = "stopping"
+        handle = self.handle
+        await asyncio.to_thread(handle.join, timeout_s)
+        if handle.alive():
+            handle.kill()
+        self._ended("stopped")
+
+    def view(self) -> WorkerView:
+        s = self.stats
+        return WorkerView(self.index, self.pid, self.options.device, self.alive, self.state,
+                          len(self.streams), max(0, self.free) if self.alive else 0, s, self.error)
+
+
+def cuda_devices() -> list[str]:
+    """CUDA devices of this machine, found without importing torch in the web process."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    count = len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    return [f"cuda:{i}" for i in range(count)]
+
+
+class WorkerPool(EngineClient):
+    def __init__(self, options: WorkerOptions, workers: int | None = None, kind: str = "subprocess",
+                 watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True) -> None:
+        if options.device == "cuda":
+            devices = cuda_devices() or ["cuda"]
+        else:
+            devices = [options.device]
+        count = workers or len(devices)
+        if kind == "inprocess" and count != 1:
+            raise ValueError("an in-process engine has exactly one worker")
+        self.options = [options.on_device(devices[i % len(devices)]) for i in range(count)]
+        self.kind = kind
+        self._make = launcher(kind)
+        self.watchdog_s = watchdog_s
+        self.start_timeout_s = start_timeout_s
+        self.restart = restart
+        self.links: list[WorkerLink] = []
+        self.info: EngineInfo | None = None
+        self.restarts = 0
+        self.lost = 0
+        self._closing = False
+        self._watch: asyncio.Task | None = None
+        self._restarting: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self.links = [self._launch(i) for i in range(len(self.options))]
+        await self.wait_ready(self.start_timeout_s)
+        self._watch = asyncio.create_task(self._watchdog(), name="engine-watchdog")
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until every worker is up or has failed; True if at least one is up."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(link.ready.wait() for link in self.links)), timeout_s)
+        return any(link.alive for link in self.links)
+
+    def _launch(self, index: int) -> WorkerLink:
+        link = WorkerLink(index, self.options[index], self._make, self._ended)
+        link.start()
+        task = asyncio.create_task(self._adopt_info(link))
+        self._restarting.add(task)
+        task.add_done_callback(self._restarting.discard)
+        return link
+
+    async def _adopt_info(self, link: WorkerLink) -> None:
+        await link.ready.wait()
+        if link.info is not None and self.info is None:
+            self.info = link.info
+
+    def _ended(self, link: WorkerLink) -> None:
+        if link.state == "lost":
+            self.lost += 1
+        if self._closing or not self.restart or link.state != "lost":
+            return
+        task = asyncio.get_running_loop().create_task(self._replace(link))
+        self._restarting.add(task)
+        task.add_done_callback(self._restarting.discard)
+
+    async def _replace(self, old: WorkerLink) -> None:
+        await asyncio.to_thread(old.handle.join, 2.0)
+        if self._closing:
+            return
+        self.restarts += 1
+        log.info("starting a replacement for engine worker %d", old.index)
+        self.links[old.index] = self._launch(old.index)
+
+    async def _watchdog(self, interval_s: float = 0.25) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            now = time.monotonic()
+            for link in list(self.links):
+                if not link.alive:
+                    continue
+                silent = now - link.last_heard > self.watchdog_s
+                stuck = link.stats is not None and link.stats.due and now - link.progress_at > self.watchdog_s
+                if silent or stuck:
+                    log.error("engine worker %d (pid %s) made no progress for %.0f s: killing it",
+                              link.index, link.pid, self.watchdog_s)
+                    link.error = "no progress"
+                    link.kill()
+                    if link.handle.sentinel is None:  # a thread cannot die by signal
+                        link._ended("no progress")
+
+    async def open(self, spec: SessionSpec) -> EngineStream:
+        ready = [link for link in self.links if link.alive]
+        if not ready:
+            raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
+        best = max(ready, key=lambda link: link.free)
+        if best.free <= 0:
+            raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
+        return await best.open(spec)
+
+    def workers(self) -> list[WorkerView]:
+        return [link.view() for link in self.links]
+
+    @property
+    def degraded(self) -> bool:
+        return not any(link.alive for link in self.links)
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await asyncio.gather(*(link.stop() for link in self.links), return_exceptions=True)
+        for task in list(self._restarting):
+            task.cancel()

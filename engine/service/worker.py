@@ -1,0 +1,270 @@
+"""The engine worker loop: one per device, serving every session placed on it.
+
+``serve(conn, options)`` is the whole worker: it loads the pipeline once, measures what a
+chunk costs, reports ready, then loops — apply the web process's commands, run the most
+urgent batch, write its frames into the sessions' shared-memory slots, report. The same
+loop runs in a subprocess (the default: a crash costs only this worker's sessions) or on a
+thread of the web process (``--engine inprocess``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from engine.service.messages import (
+    CloseSession,
+    EngineInfo,
+    FrameRef,
+    FramesReady,
+    OpenSession,
+    PushAudio,
+    QualityChanged,
+    ReleaseSlots,
+    SessionFailed,
+    SessionOpened,
+    SessionSpec,
+    SetOrigin,
+    Shutdown,
+    SilenceFrom,
+    WorkerFailed,
+    WorkerReady,
+    WorkerStats,
+)
+from engine.service.slots import FrameSlots
+
+log = logging.getLogger(__name__)
+STATS_INTERVAL_S = 0.5
+IDLE_WAIT_S = 0.02
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker builds its engine; picklable, so a subprocess can be given it."""
+
+    config: str = "tiny"
+    device: str = "cpu"
+    threads: int | None = None
+    guidance: float | None = None
+    weights: str | None = None
+    warm_up: bool = True
+    calibrate: tuple[int, ...] = (1, 2)  # batch sizes measured before the worker reports ready
+    max_batch: int = 16
+    fault: str | None = None  # tests: "hang" stops making progress after the first batch
+
+    def on_device(self, device: str) -> WorkerOptions:
+        return replace(self, device=device)
+
+
+def describe(pipe) -> EngineInfo:
+    from engine.avatars import DEFAULT_AVATAR, avatar_names
+
+    return EngineInfo(
+        config=pipe.config.name,
+        fps=pipe.fps,
+        sample_rate=pipe.sample_rate,
+        frame_size=tuple(pipe.frame_size),
+        accepts_images=bool(pipe.accepts_images),
+        presets=("quality", "fast"),
+        avatars=tuple(avatar_names()),
+        default_avatar=DEFAULT_AVATAR,
+        frames_per_chunk=pipe.frames_per_chunk,
+        step_frames=pipe.frames_per_chunk + pipe.config.schedule.seam * pipe.config.vae.temporal_down + 1,
+    )
+
+
+def load_core(options: WorkerOptions):
+    """Load the pipeline, warm it up and measure its batch costs: a ready EngineCore."""
+    from engine.pipeline import Pipeline, warm_up
+    from engine.service.core import EngineCore
+
+    pipe = Pipeline.from_config(options.config, device=options.device, threads=options.threads,
+                                guidance=options.guidance, weights=options.weights)
+    core = EngineCore(pipe, describe(pipe), max_batch=options.max_batch)
+    if options.warm_up:
+        warm_up(pipe)
+    calibrate(core, options.calibrate)
+    return core
+
+
+def calibrate(core, sizes: tuple[int, ...], max_steps: int = 24) -> None:
+    """Time silent sessions' chunks of every kind a session needs (N and I) at each batch
+    size, so the capacity figure and the scheduler's estimates are measured before the first
+    real session arrives."""
+    info = core.info
+    needed = core.work_per_period()
+    for size in sizes:
+        names = [f"_calibrate{size}_{i}" for i in range(size)]
+        for name in names:
+            core.open(name, SessionSpec(), core.slot_frames)
+            core.push(name, 0, np.zeros(info.sample_rate * 6, np.float32))
+        try:
+            for _ in range(max_steps):
+                if all(core.costs.count(key, size) for key in needed) or core.step() is None:
+                    break
+                for name in names:  # frames are dropped: give the slots straight back
+                    core.sessions[name].free_slots = deque(range(core.slot_frames))
+        finally:
+            for name in names:
+                core.close(name)
+    core.batches = core.batched_sessions = 0
+
+
+class Worker:
+    """The loop state: the core, the sessions' slot files, the command inbox."""
+
+    def __init__(self, conn, core, options: WorkerOptions) -> None:
+        self.conn = conn
+        self.core = core
+        self.options = options
+        self.slots: dict[str, FrameSlots] = {}
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.running = True
+        self._last_stats = 0.0
+
+    def _receive(self) -> None:
+        """Reader thread: commands pile up in the inbox while a batch runs."""
+        try:
+            while True:
+                self.inbox.put(self.conn.recv())
+        except (EOFError, OSError):
+            self.inbox.put(Shutdown())
+
+    def run(self) -> None:
+        threading.Thread(target=self._receive, name="engine-inbox", daemon=True).start()
+        while self.running:
+            self._drain(block=not self.core.due())
+            if not self.running:
+                break
+            if self.options.fault == "hang" and self.core.batches:
+                time.sleep(0.05)
+            else:
+                outcome = self.core.step()
+                if outcome is not None:
+                    self._publish(outcome)
+            self.report()
+        for name in list(self.slots):
+            self._close(name)
+
+    def _drain(self, block: bool) -> None:
+        try:
+            msg = self.inbox.get(timeout=IDLE_WAIT_S) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._apply(msg)
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, msg) -> None:
+        core = self.core
+        match msg:
+            case PushAudio(session, start, samples):
+                core.push(session, start, samples)
+            case ReleaseSlots(session, slots):
+                core.release(session, slots)
+            case SetOrigin(session, origin):
+                core.set_origin(session, origin)
+            case SilenceFrom(session, sample):
+                core.silence_from(session, sample)
+            case OpenSession():
+                self._open(msg)
+            case CloseSession(session):
+                self._close(session)
+            case Shutdown():
+                self.running = False
+
+    def _open(self, msg: OpenSession) -> None:
+        from engine.service.core import SessionRefused
+
+        info = self.core.info
+        try:
+            slots = FrameSlots.attach(msg.slots_path, msg.slot_count, info.frame_size, info.samples_per_frame)
+        except (OSError, ValueError) as exc:
+            self.conn.send(SessionOpened(msg.session, f"frame slots unusable: {exc}"))
+            return
+        try:
+            session = self.core.open(msg.session, msg.spec, msg.slot_count)
+        except SessionRefused as exc:
+            slots.close()
+            self.conn.send(SessionOpened(msg.session, str(exc)))
+            return
+        self.slots[msg.session] = slots
+        self.conn.send(SessionOpened(msg.session, None, session.level))
+
+    def _close(self, name: str) -> None:
+        self.core.close(name)
+        slots = self.slots.pop(name, None)
+        if slots is not None:
+            slots.close()
+
+    def _publish(self, outcome) -> None:
+        for name, message in outcome.failed.items():
+            log.error("session %s failed in the engine: %s", name, message)
+            self.conn.send(SessionFailed(name, message))
+            self._close(name)
+        for name, frames in outcome.frames.items():
+            slots = self.slots[name]
+            refs = []
+            for slot, frame in frames:
+                slots.write(slot, frame.rgb, frame.audio)
+                refs.append(FrameRef(slot, frame.index, frame.chunk))
+            if refs:
+                self.conn.send(FramesReady(name, tuple(refs)))
+        for change in outcome.changes:
+            s = self.core.sessions.get(change.session)
+            if s is not None:
+                self.conn.send(QualityChanged(change.session, change.new, s.ladder[change.new].name, change.reason))
+
+    def report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_stats < STATS_INTERVAL_S:
+            return
+        self._last_stats = now
+        core = self.core
+        self.conn.send(WorkerStats(
+            pid=os.getpid(),
+            device=self.options.device,
+            sessions=len(core.sessions),
+            capacity=core.capacity(),
+            batches=core.batches,
+            due=core.due(),
+            batch_mean=round(core.batch_mean, 3),
+            chunk_ms=core.costs.stage_ms(),
+            quality_levels={sid: s.level for sid, s in core.sessions.items()},
+            quality_changes=core.quality.counts(),
+            state_bytes=core.state_bytes(),
+            costs=core.costs.snapshot(),
+        ))
+
+
+def serve(conn, options: WorkerOptions) -> None:
+    """A worker's whole life: load, report ready (or why not), serve until told to stop."""
+    try:
+        core = load_core(options)
+    except Exception as exc:
+        log.exception("engine worker could not start")
+        conn.send(WorkerFailed(f"{exc.__class__.__name__}: {exc}"))
+        return
+    worker = Worker(conn, core, options)
+    worker.report(force=True)  # the capacity figure is there by the time the worker is ready
+    conn.send(WorkerReady(os.getpid(), options.device, core.info))
+    worker.run()
+
+
+def process_main(conn, options: WorkerOptions) -> None:
+    """Entry point of a worker subprocess."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s engine[%(process)d] %(levelname)s %(message)s")
+    try:
+        serve(conn, options)
+    finally:
+        conn.close()

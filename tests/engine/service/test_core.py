@@ -1,0 +1,143 @@
+"""EngineCore on a fake clock: batches across sessions, credit, priorities, quality levels, capacity."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from engine.service.core import EngineCore, SessionRefused
+from engine.service.costs import CostModel
+from engine.service.messages import SessionSpec
+from engine.service.scheduler import sessions_in_real_time
+from engine.service.worker import describe
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def core(micro_pipe):
+    clock = FakeClock()
+    c = EngineCore(micro_pipe, describe(micro_pipe), clock=clock, costs=CostModel(prior_s=0.01))
+    c.fake_clock = clock
+    return c
+
+
+def open_fed(core, name: str, seconds: float, seed: int = 0, loud: bool = True, **spec) -> None:
+    core.open(name, SessionSpec(seed=seed, **spec), core.slot_frames)
+    sr = core.info.sample_rate
+    rng = np.random.default_rng(seed)
+    pcm = (0.3 if loud else 0.0) * rng.standard_normal(int(seconds * sr)).astype(np.float32)
+    core.push(name, 0, pcm)
+
+
+def give_back(core, outcome) -> None:
+    for name, frames in outcome.frames.items():
+        core.release(name, tuple(slot for slot, _ in frames))
+
+
+def test_sessions_at_the_same_step_run_in_one_batch_and_publish_in_order(core):
+    for i in range(3):
+        open_fed(core, f"s{i}", 3.0, seed=i)
+    outcome = core.step()
+    assert sorted(outcome.batch) == ["s0", "s1", "s2"]
+    indices = {name: [] for name in outcome.batch}
+    while outcome is not None:
+        give_back(core, outcome)
+        for name, frames in outcome.frames.items():
+            indices[name] += [f.index for _, f in frames]
+        outcome = core.step()
+    for name, got in indices.items():
+        assert got == list(range(len(got))) and len(got) > 30, name
+    assert core.batch_mean > 2.5
+
+
+def test_a_session_without_free_slots_waits_for_playout(core):
+    open_fed(core, "a", 3.0)
+    session = core.sessions["a"]
+    held = list(session.free_slots)[: len(session.free_slots) - core.step_frames + 1]
+    session.free_slots = deque(list(session.free_slots)[len(held):])
+    assert core.step() is None, "fewer free slots than one step can publish: no work"
+    core.release("a", tuple(held))
+    outcome = core.step()
+    assert outcome is not None and outcome.batch == ("a",)
+    slots = [slot for slot, _ in outcome.frames["a"]]
+    assert len(set(slots)) == len(slots) and not set(slots) & set(session.free_slots)
+
+
+def test_a_refused_session_leaves_the_others_running(core):
+    open_fed(core, "a", 2.0)
+    with pytest.raises(SessionRefused, match="nobody"):
+        core.open("b", SessionSpec(avatar="nobody"), core.slot_frames)
+    with pytest.raises(SessionRefused, match="preset"):
+        core.open("c", SessionSpec(preset="ultra"), core.slot_frames)
+    assert list(core.sessions) == ["a"] and core.step().batch == ("a",)
+
+
+def test_the_earliest_deadline_runs_first_and_speech_before_silence(core):
+    open_fed(core, "late", 3.0, seed=1)
+    open_fed(core, "soon", 3.0, seed=2)
+    give_back(core, core.step())  # both run their first chunk together
+    now = core.fake_clock.now
+    core.set_origin("late", now + 5.0)
+    core.set_origin("soon", now + 1.0)
+    core.max_batch = 1
+    assert core.step().batch == ("soon",)
+    core.close("late")
+    core.close("soon")
+    open_fed(core, "quiet", 3.0, seed=3, loud=False)
+    open_fed(core, "talk", 3.0, seed=4)
+    for name in ("quiet", "talk"):
+        core.set_origin(name, now)  # the same deadline: the speaking one goes first
+    order = []
+    while "quiet" not in (batch := core.step().batch):  # slots are not given back: talk runs out of credit
+        order.append(batch)
+        assert len(order) < 10
+    assert order and set(order) == {("talk",)}
+    assert "talk" not in {c.session for c in core.candidates(core.fake_clock.now)}
+
+
+def test_quality_goes_down_under_overload_and_back_up_after_the_hold(core):
+    open_fed(core, "a", 6.0)
+    give_back(core, core.step())
+    clock = core.fake_clock
+    for key in core.work_per_period():
+        for _ in range(5):
+            core.costs.observe(key, 1, 5.0)  # a chunk now takes 5 s: the deadline cannot be met
+    core.set_origin("a", clock.now)
+    outcome = core.step()
+    give_back(core, outcome)
+    assert [(c.old, c.new, c.reason) for c in outcome.changes] == [(0, 1, "overload")]
+    assert core.sessions["a"].stream.quality == core.sessions["a"].ladder[1]
+    assert core.sessions["a"].stream.quality.interp is False
+    core.costs = CostModel(prior_s=0.001)  # the device is fast again
+    core.set_origin("a", clock.now + 30.0)
+    ups = []
+    for _ in range(10):
+        clock.now += 1.0
+        outcome = core.step()
+        if outcome is None:
+            break
+        give_back(core, outcome)
+        ups += [(c.new, c.reason) for c in outcome.changes]
+    assert ups == [(0, "recovered")], "one level back up once slack held for the hold time, no more"
+
+
+def test_capacity_is_what_fits_in_real_time_minus_the_sessions_held(core):
+    costs = core.costs
+    for kind_key in core.work_per_period():
+        costs.observe(kind_key, 1, 0.02)
+        costs.observe(kind_key, 4, 0.05)
+    period = core.info.frames_per_chunk / core.info.fps
+    total = sessions_in_real_time(costs, core.work_per_period(), period)
+    assert total > 4 and core.capacity() == total
+    open_fed(core, "a", 1.0)
+    open_fed(core, "b", 1.0)
+    assert core.capacity() == total - 2

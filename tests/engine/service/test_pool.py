@@ -1,0 +1,195 @@
+"""Engine workers as real subprocesses: frames through shared memory, crash isolation,
+the progress watchdog, workers that cannot start, and no slot files left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from engine.bench import speech_like
+from engine.service.client import EngineError
+from engine.service.messages import SessionSpec
+from engine.service.pool import WorkerPool
+from engine.service.slots import PREFIX, SHM_DIR
+from engine.service.worker import WorkerOptions
+
+MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(1,))
+
+
+def my_slot_files() -> list:
+    return sorted(SHM_DIR.glob(f"{PREFIX}{os.getpid()}-*"))
+
+
+async def feed(stream, seconds: float, seed: int = 0, start: int = 0) -> np.ndarray:
+    """Push speech in 20 ms blocks, as the web process's feed clock does (all at once here)."""
+    sr = stream.info.sample_rate
+    pcm = speech_like(seconds, sr, seed)
+    block = sr // 50
+    for i in range(0, pcm.size, block):
+        stream.push_audio(start + i, pcm[i:i + block])
+    return pcm
+
+
+async def frames(stream, count: int, timeout_s: float = 20.0) -> list:
+    async def take():
+        return [await stream.next_frame() for _ in range(count)]
+
+    return await asyncio.wait_for(take(), timeout_s)
+
+
+@pytest.fixture
+async def pool():
+    pools: list[WorkerPool] = []
+
+    async def start(workers: int = 1, **kwargs) -> WorkerPool:
+        options = kwargs.pop("options", MICRO)
+        p = WorkerPool(options, workers=workers, **kwargs)
+        pools.append(p)
+        await p.start()
+        return p
+
+    yield start
+    for p in pools:
+        await p.close()
+
+
+async def test_frames_come_in_order_with_their_own_audio(pool):
+    p = await pool()
+    assert p.info.config == "micro" and p.capacity() > 0
+    stream = await p.open(SessionSpec(avatar="ben", seed=3))
+    assert len(my_slot_files()) == 1
+    pcm = await feed(stream, 2.0)
+    got = await frames(stream, 30)
+    spf = stream.info.samples_per_frame
+    assert [f.index for f in got] == list(range(30))
+    assert [float(f.pts) for f in got[:3]] == [0.0, 0.04, 0.08]
+    for f in got:
+        assert f.rgb.shape == (32, 32, 3) and f.rgb.dtype == np.uint8
+        np.testing.assert_array_equal(f.audio, pcm[f.index * spf:(f.index + 1) * spf])
+    assert {f.chunk[0] for f in got} <= {"N", "I"}
+    await stream.close()
+    assert my_slot_files() == []
+
+
+async def test_bad_session_requests_are_refused_and_the_worker_keeps_serving(pool):
+    p = await pool()
+    with pytest.raises(EngineError) as info:
+        await p.open(SessionSpec(avatar="nobody"))
+    assert info.value.code == "bad_request" and "nobody" in info.value.message
+    with pytest.raises(EngineError, match="preset"):
+        await p.open(SessionSpec(preset="ultra"))
+    assert my_slot_files() == []
+    stream = await p.open(SessionSpec())
+    await feed(stream, 1.0)
+    assert [f.index for f in await frames(stream, 5)] == [0, 1, 2, 3, 4]
+    await stream.close()
+
+
+async def test_slots_are_recycled_over_2000_chunks_and_freed(pool):
+    p = await pool()
+    stream = await p.open(SessionSpec())
+    info = stream.info
+    spf, fed, last, chunks = info.samples_per_frame, 0, -1, set()
+    while len(chunks) < 2000:  # N and I chunks, each named by the frames it published
+        if fed // spf - last < 100:  # keep a few seconds of audio ahead, as a live feed would
+            await feed(stream, 4.0, seed=fed, start=fed)
+            fed += 4 * info.sample_rate
+        frame = await asyncio.wait_for(stream.next_frame(), 20)
+        assert frame.index == last + 1
+        last = frame.index
+        chunks.add(frame.chunk)
+    assert len(my_slot_files()) == 1
+    assert {name[0] for name in chunks} == {"N", "I"}
+    await stream.close()
+    for _ in range(5):  # sessions opened and closed leave nothing behind
+        s = await p.open(SessionSpec())
+        await s.close()
+    assert my_slot_files() == []
+
+
+async def test_a_killed_worker_costs_only_its_own_sessions(pool):
+    p = await pool(workers=2)
+    opened = []
+    while len({link.index for link in p.links if link.streams}) < 2:  # placement follows free capacity
+        assert len(opened) < 40, "the fuller worker never got a session"
+        opened.append(await p.open(SessionSpec(seed=len(opened))))
+    links = {link.index: link for link in p.links}
+    on = {sid: link.index for link in p.links for sid in link.streams}
+    first = opened[0]
+    second = next(s for s in opened if on[s.id] != on[first.id])
+    for extra in opened:
+        if extra not in (first, second):
+            await extra.close()
+    await feed(first, 1.0)
+    await feed(second, 30.0)
+    await frames(first, 5)
+    await frames(second, 5)
+    victim = links[on[first.id]]
+    pid = victim.pid
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(EngineError) as info:
+        await asyncio.wait_for(frames(first, 1000), 5)
+    lost_after = time.monotonic() - t0
+    assert info.value.code == "engine_lost" and lost_after < 2.0
+    got = await frames(second, 40)  # the other worker's session streams on
+    assert [f.index for f in got] == list(range(5, 45))
+    deadline = time.monotonic() + 15
+    while not (p.links[victim.index].alive and p.links[victim.index].pid != pid):
+        assert time.monotonic() < deadline, "no replacement worker within 15 s"
+        await asyncio.sleep(0.1)
+    assert p.restarts == 1 and p.lost == 1
+    third = await p.open(SessionSpec())
+    await feed(third, 1.0)
+    assert [f.index for f in await frames(third, 3)] == [0, 1, 2]
+    for s in (first, second, third):
+        await s.close()
+    assert my_slot_files() == []
+
+
+async def test_a_worker_that_stops_making_progress_is_replaced(pool):
+    from dataclasses import replace
+
+    p = await pool(options=replace(MICRO, fault="hang"), watchdog_s=1.0)
+    stream = await p.open(SessionSpec())
+    pid = p.links[0].pid
+    await feed(stream, 3.0)
+    t0 = time.monotonic()
+    with pytest.raises(EngineError) as info:
+        await asyncio.wait_for(frames(stream, 1000), 10)
+    assert info.value.code == "engine_lost"
+    assert time.monotonic() - t0 < 5.0
+    deadline = time.monotonic() + 15
+    while not (p.links[0].alive and p.links[0].pid != pid):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    await stream.close()
+
+
+async def test_a_worker_that_cannot_start_leaves_the_pool_degraded(pool):
+    from dataclasses import replace
+
+    p = await pool(options=replace(MICRO, config="no-such-config"), start_timeout_s=60)
+    assert p.degraded and not p.healthy
+    view = p.workers()[0]
+    assert view.state == "failed" and "no-such-config" in view.error
+    with pytest.raises(EngineError) as info:
+        await p.open(SessionSpec())
+    assert info.value.code == "engine_unavailable"
+
+
+async def test_the_in_process_engine_speaks_the_same_protocol(pool):
+    p = await pool(kind="inprocess")
+    stream = await p.open(SessionSpec(seed=5))
+    assert p.workers()[0].pid == os.getpid()
+    pcm = await feed(stream, 1.5)
+    got = await frames(stream, 20)
+    spf = stream.info.samples_per_frame
+    assert [f.index for f in got] == list(range(20))
+    np.testing.assert_array_equal(got[7].audio, pcm[7 * spf:8 * spf])
+    await stream.close()
