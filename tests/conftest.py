@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-Engine tests (``tests/test_engine_*.py``) use a session-wide ``micro`` pipeline whose
+Engine tests (``tests/engine/``) use a session-wide ``micro`` pipeline whose
 weights are random but *alive*: the modules zero-initialise their output layers (so a
 fresh DiT predicts zero velocity and a fresh SR adds nothing), which would make many
 checks vacuous, so every all-zero parameter gets small seeded random values and the set
