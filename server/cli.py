@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from typing import Any
 
 import uvicorn
@@ -23,7 +22,11 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
     ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 2)"}),
     ("--guidance", "guidance", {"type": float, "help": "audio guidance, 1 = off (default: the config's)"}),
-    ("--max-sessions", "max_sessions", {"type": int, "help": "concurrent avatar sessions (default 2)"}),
+    ("--engine", "engine", {"choices": ["subprocess", "inprocess"],
+                            "help": "engine workers in their own processes (default) or a server thread"}),
+    ("--engine-workers", "engine_workers", {"type": int, "help": "engine worker processes (default one per device)"}),
+    ("--max-sessions", "max_sessions", {"type": int,
+                                        "help": "cap on sessions (default none: the engine's measured capacity)"}),
     (
         "--ice-server",
         "ice_servers",
@@ -65,7 +68,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def serve(args: argparse.Namespace) -> int:
     from server.api.app import create_app
-    from server.session.engine_link import load_engine
+    from server.session.engine_link import sample_rate_of
     from server.voice import tts
 
     logging.basicConfig(
@@ -77,21 +80,15 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
-    t0 = time.perf_counter()
     try:
-        engine = load_engine(settings)
-    except (KeyError, RuntimeError) as exc:
-        print(f"avatar serve: {exc}", file=sys.stderr)
+        speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
+    except KeyError as exc:
+        print(f"avatar serve: {exc.args[0]}", file=sys.stderr)
         return 2
-    logging.getLogger("server").info(
-        "engine %s on %s loaded in %.1f s", settings.config, settings.device, time.perf_counter() - t0
-    )
-    try:
-        speech = tts.create_backend(settings.tts, engine.info.sample_rate, settings.piper_model)
     except tts.TTSUnavailable as exc:
         print(f"avatar serve: TTS backend {settings.tts!r}: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings, engine, speech)
+    app = create_app(settings, speech=speech)
     print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
     uvicorn.run(
         app,

@@ -48,7 +48,13 @@ class Settings(BaseModel):
     config: str = "tiny"
     device: str = "cpu"
     engine_threads: int = Field(2, ge=1, description="torch threads for the engine; encoders need ~2 ms a frame")
-    max_sessions: int = Field(2, ge=1)
+    engine: Literal["subprocess", "inprocess"] = Field(
+        "subprocess", description="where engine workers run: their own processes, or a thread of the server"
+    )
+    engine_workers: int | None = Field(None, ge=1, description="engine worker processes; default one per device")
+    max_sessions: int | None = Field(
+        None, ge=1, description="an upper cap on sessions; admission follows the engine's measured capacity"
+    )
     guidance: float | None = Field(None, ge=0, le=10, description="audio guidance; None: the engine config's")
     warm_up: bool = Field(True, description="run a silent session at start-up so the first user's frames come fast")
     ice_servers: list[IceServer] = Field(default_factory=list)

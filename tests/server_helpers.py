@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import threading
 import time
@@ -21,6 +22,10 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 
 from engine.pipeline import Pipeline
+from engine.service.core import EngineCore
+from engine.service.costs import CostModel
+from engine.service.pool import WorkerPool
+from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
 from server.config import Settings
 from server.session.engine_link import Engine
@@ -41,9 +46,26 @@ def engine_pipeline(config: str = "tiny") -> Pipeline:
 
 
 @functools.cache
-def loaded_engine(config: str = "tiny") -> Engine:
-    """The server's view of :func:`engine_pipeline` (its presets, avatars, warm-up)."""
-    return Engine(engine_pipeline(config))
+def measured_costs(config: str = "tiny") -> CostModel:
+    """The engine's batch costs, measured once per test run (as a worker does at start-up)."""
+    from engine.service.worker import calibrate
+
+    pipe = engine_pipeline(config)
+    core = EngineCore(pipe, describe(pipe))
+    calibrate(core, (1, 2))
+    return core.costs
+
+
+def loaded_engine(config: str = "tiny", warm_up: bool = False) -> Engine:
+    """The server's engine for one app: an in-process worker over :func:`engine_pipeline`, with
+    the costs :func:`measured_costs` measured (so it starts at once)."""
+    pipe = engine_pipeline(config)
+    options = WorkerOptions(config=config, warm_up=warm_up)
+
+    def load(opts: WorkerOptions) -> EngineCore:
+        return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config)))
+
+    return Engine(WorkerPool(options, kind="inprocess", load=load))
 
 
 @functools.cache
@@ -87,7 +109,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def running_server(settings: Settings | None = None, config: str = "tiny") -> AsyncIterator[Running]:
     settings = settings or make_settings()
-    app = create_app(settings, loaded_engine(config))
+    app = create_app(settings, loaded_engine(config, settings.warm_up))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             ws_max_size=settings.max_control_bytes + 4096)
     server = uvicorn.Server(config)

@@ -78,6 +78,7 @@ class EngineStream:
         self._refs: asyncio.Queue[FrameRef | None] = asyncio.Queue()
         self.quality_events: asyncio.Queue[QualityEvent] = asyncio.Queue(64)
         self.quality_level = 0
+        self.quality_name = ""
         self.error: EngineError | None = None
         self.lost = asyncio.Event()
         self.closed = False
@@ -134,7 +135,7 @@ class EngineStream:
             self._refs.put_nowait(ref)
 
     def _quality(self, event: QualityEvent) -> None:
-        self.quality_level = event.level
+        self.quality_level, self.quality_name = event.level, event.name
         if self.quality_events.full():
             self.quality_events.get_nowait()
         self.quality_events.put_nowait(event)
@@ -163,8 +164,9 @@ class EngineClient(abc.ABC):
     async def start(self) -> None: ...
 
     @abc.abstractmethod
-    async def open(self, spec: SessionSpec) -> EngineStream:
-        """A new engine session; EngineError ``at_capacity`` / ``engine_unavailable`` / ``bad_request``."""
+    async def open(self, spec: SessionSpec, session: str | None = None) -> EngineStream:
+        """A new engine session (named ``session``, or a fresh id); EngineError ``at_capacity`` /
+        ``engine_unavailable`` / ``bad_request``."""
 
     @abc.abstractmethod
     def workers(self) -> list[WorkerView]: ...

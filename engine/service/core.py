@@ -224,10 +224,12 @@ class EngineCore:
 
     def work_per_period(self, preset: str = "quality") -> tuple[Hashable, ...]:
         """The cost keys one session at full quality needs every chunk period."""
+        steps = getattr(self.pipe, "steps", 0)
+        if not steps:  # a procedural engine: one drawing per chunk, nothing to denoise
+            return (("N", 0, False),)
         q = self.presets[preset][0]
-        steps = q.steps or getattr(self.pipe, "steps", 1)
         guided = q.guidance and self.pipe.config.audio_guidance != 1.0
-        work = [("N", steps, guided)]
+        work = [("N", q.steps or steps, guided)]
         if q.interp:
             work.append(("I", min(steps, self.pipe.config.interp_steps), False))
         return tuple(work)

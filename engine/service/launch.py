@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from engine.service.worker import WorkerOptions, process_main, serve
@@ -45,20 +46,21 @@ class ProcessHandle:
 
 
 class ThreadHandle:
-    """In-process worker: no isolation (a crash here is the web process's), same protocol."""
+    """In-process worker: no isolation (a crash here is the web process's), same protocol.
+    ``load`` may build its core from an engine already loaded in this process."""
 
-    def __init__(self, options: WorkerOptions) -> None:
+    def __init__(self, options: WorkerOptions, load: Callable | None = None) -> None:
         self.conn, child = multiprocessing.Pipe(duplex=True)
-        self._child = child
-        self.thread = threading.Thread(target=self._run, args=(child, options), name="avatar-engine", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(child, options, load), name="avatar-engine",
+                                       daemon=True)
         self.thread.start()
         self.pid = os.getpid()
         self.sentinel = None
 
     @staticmethod
-    def _run(child, options: WorkerOptions) -> None:
+    def _run(child, options: WorkerOptions, load: Callable | None) -> None:
         try:
-            serve(child, options)
+            serve(child, options, load)
         finally:
             child.close()
 
@@ -73,10 +75,12 @@ class ThreadHandle:
         self.thread.join(timeout)
 
 
-def launcher(kind: str):
-    """``subprocess`` (default) or ``inprocess``."""
+def launcher(kind: str, load: Callable | None = None) -> Callable[[WorkerOptions], WorkerHandle]:
+    """``subprocess`` (default) or ``inprocess`` (where ``load`` may supply a preloaded core)."""
     if kind == "subprocess":
+        if load is not None:
+            raise ValueError("a subprocess worker loads its own engine")
         return ProcessHandle
     if kind == "inprocess":
-        return ThreadHandle
+        return lambda options: ThreadHandle(options, load)
     raise ValueError(f"unknown engine kind {kind!r}; choose subprocess or inprocess")

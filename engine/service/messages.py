@@ -36,6 +36,7 @@ class EngineInfo:
     default_avatar: str
     frames_per_chunk: int  # video frames one N chunk adds
     step_frames: int  # video frames one step publishes at most: the credit a session needs to run
+    first_chunk_samples: int  # audio the first chunk needs (lookahead included) before it can run
 
     @property
     def samples_per_frame(self) -> int:
@@ -114,6 +115,7 @@ class SessionOpened:
     session: str
     error: str | None = None  # set when the session could not be opened (the request's fault)
     quality_level: int = 0
+    quality_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,6 @@ class WorkerLink:
         self.error: str | None = None
         self.pid: int | None = None
         self.streams: dict[str, EngineStream] = {}
-        self.opened_since_stats = 0
         self.ready = asyncio.Event()
         self.last_heard = time.monotonic()
         self.progress_at = time.monotonic()  # when the batch count last moved (or nothing was due)
@@ -78,10 +77,11 @@ class WorkerLink:
 
     @property
     def free(self) -> int:
-        """Capacity left, counting sessions opened since the worker last measured it."""
+        """Capacity left: the sessions the worker last said it can hold in real time, less those
+        open or opening on it now (its report may predate the latest opens and closes)."""
         if self.stats is None:
             return 0
-        return self.stats.capacity - self.opened_since_stats
+        return self.stats.capacity + self.stats.sessions - len(self.streams) - len(self._opening)
 
     # ---- connection ----------------------------------------------------------------------
 
@@ -112,7 +112,6 @@ class WorkerLink:
                 if self.stats is None or msg.batches != self.stats.batches or not msg.due:
                     self.progress_at = self.last_heard
                 self.stats = msg
-                self.opened_since_stats = 0
                 for sid, nbytes in msg.state_bytes.items():
                     if sid in self.streams:
                         self.streams[sid].state_bytes = nbytes
@@ -164,13 +163,14 @@ class WorkerLink:
 
     # ---- sessions ------------------------------------------------------------------------
 
-    async def open(self, spec: SessionSpec) -> EngineStream:
+    async def open(self, spec: SessionSpec, session: str | None = None) -> EngineStream:
         info = self.info
-        sid = "e_" + secrets.token_hex(6)
+        sid = session or "e_" + secrets.token_hex(6)
+        if sid in self.streams or sid in self._opening:
+            raise EngineError("bad_request", f"session {sid} is already open")
         slots = FrameSlots.create(2 * info.step_frames, info.frame_size, info.samples_per_frame)
         future: asyncio.Future[SessionOpened] = asyncio.get_running_loop().create_future()
         self._opening[sid] = future
-        self.opened_since_stats += 1
         self.send(OpenSession(sid, spec, str(slots.path), slots.count))
         try:
             opened = await asyncio.wait_for(future, OPEN_TIMEOUT_S)
@@ -185,7 +185,7 @@ class WorkerLink:
             slots.unlink()
             raise EngineError("bad_request", opened.error)
         stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
-        stream.quality_level = opened.quality_level
+        stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
         self.streams[sid] = stream
         return stream
 
@@ -223,7 +223,8 @@ def cuda_devices() -> list[str]:
 
 class WorkerPool(EngineClient):
     def __init__(self, options: WorkerOptions, workers: int | None = None, kind: str = "subprocess",
-                 watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True) -> None:
+                 watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True,
+                 load: Callable | None = None) -> None:
         if options.device == "cuda":
             devices = cuda_devices() or ["cuda"]
         else:
@@ -233,7 +234,7 @@ class WorkerPool(EngineClient):
             raise ValueError("an in-process engine has exactly one worker")
         self.options = [options.on_device(devices[i % len(devices)]) for i in range(count)]
         self.kind = kind
-        self._make = launcher(kind)
+        self._make = launcher(kind, load)
         self.watchdog_s = watchdog_s
         self.start_timeout_s = start_timeout_s
         self.restart = restart
@@ -303,14 +304,14 @@ class WorkerPool(EngineClient):
                     if link.handle.sentinel is None:  # a thread cannot die by signal
                         link._ended("no progress")
 
-    async def open(self, spec: SessionSpec) -> EngineStream:
+    async def open(self, spec: SessionSpec, session: str | None = None) -> EngineStream:
         ready = [link for link in self.links if link.alive]
         if not ready:
             raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
         best = max(ready, key=lambda link: link.free)
         if best.free <= 0:
             raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
-        return await best.open(spec)
+        return await best.open(spec, session)
 
     def workers(self) -> list[WorkerView]:
         return [link.view() for link in self.links]

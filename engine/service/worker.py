@@ -77,20 +77,32 @@ def describe(pipe) -> EngineInfo:
         default_avatar=DEFAULT_AVATAR,
         frames_per_chunk=pipe.frames_per_chunk,
         step_frames=pipe.frames_per_chunk + pipe.config.schedule.seam * pipe.config.vae.temporal_down + 1,
+        first_chunk_samples=pipe.first_chunk_samples,
     )
 
 
 def load_core(options: WorkerOptions):
-    """Load the pipeline, warm it up and measure its batch costs: a ready EngineCore."""
-    from engine.pipeline import Pipeline, warm_up
-    from engine.service.core import EngineCore
+    """Load the pipeline the options name: a ready EngineCore (see :func:`core_from`)."""
+    from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config(options.config, device=options.device, threads=options.threads,
                                 guidance=options.guidance, weights=options.weights)
-    core = EngineCore(pipe, describe(pipe), max_batch=options.max_batch)
+    return core_from(pipe, options)
+
+
+def core_from(pipe, options: WorkerOptions, costs=None):
+    """An EngineCore over a loaded pipeline: warmed up (kernels chosen, bundled avatars'
+    references encoded) and its batch costs measured, unless ``costs`` are given already."""
+    from engine.pipeline import warm_up
+    from engine.service.core import EngineCore
+
+    core = EngineCore(pipe, describe(pipe), costs=costs, max_batch=options.max_batch)
     if options.warm_up:
-        warm_up(pipe)
-    calibrate(core, options.calibrate)
+        t0 = time.perf_counter()
+        frames = warm_up(pipe)
+        log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
+    if costs is None:
+        calibrate(core, options.calibrate)
     return core
 
 
@@ -138,7 +150,7 @@ class Worker:
             self.inbox.put(Shutdown())
 
     def run(self) -> None:
-        threading.Thread(target=self._receive, name="engine-inbox", daemon=True).start()
+        threading.Thread(target=self._receive, name="worker-inbox", daemon=True).start()
         while self.running:
             self._drain(block=not self.core.due())
             if not self.running:
@@ -199,7 +211,7 @@ class Worker:
             self.conn.send(SessionOpened(msg.session, str(exc)))
             return
         self.slots[msg.session] = slots
-        self.conn.send(SessionOpened(msg.session, None, session.level))
+        self.conn.send(SessionOpened(msg.session, None, session.level, session.ladder[session.level].name))
 
     def _close(self, name: str) -> None:
         self.core.close(name)
@@ -247,10 +259,11 @@ class Worker:
         ))
 
 
-def serve(conn, options: WorkerOptions) -> None:
-    """A worker's whole life: load, report ready (or why not), serve until told to stop."""
+def serve(conn, options: WorkerOptions, load=None) -> None:
+    """A worker's whole life: load (``load(options)``, default :func:`load_core`), report ready
+    (or why not), serve until told to stop."""
     try:
-        core = load_core(options)
+        core = (load or load_core)(options)
     except Exception as exc:
         log.exception("engine worker could not start")
         conn.send(WorkerFailed(f"{exc.__class__.__name__}: {exc}"))

@@ -28,7 +28,7 @@ from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.config import Settings
 from server.media.peer import BadOffer
-from server.session.engine_link import Engine, load_engine
+from server.session.engine_link import Engine, EngineError, engine_client, sample_rate_of
 from server.session.manager import SessionManager
 from server.voice.tts import TTSBackend, create_backend
 
@@ -47,6 +47,25 @@ def _bearer(request: Request) -> str | None:
     return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
+def worker_json(w) -> dict:
+    """One engine worker as ``GET /v1/engine`` shows it."""
+    stats = w.stats
+    return {
+        "index": w.index,
+        "pid": w.pid,
+        "device": w.device,
+        "alive": w.alive,
+        "state": w.state,
+        "sessions": w.sessions,
+        "capacity": w.capacity,
+        "batch_mean": stats.batch_mean if stats else 0.0,
+        "chunk_ms": stats.chunk_ms if stats else {},
+        "quality_levels": stats.quality_levels if stats else {},
+        "quality_changes": stats.quality_changes if stats else {},
+        "error": w.error,
+    }
+
+
 def create_app(
     settings: Settings | None = None, engine: Engine | None = None, speech: TTSBackend | None = None
 ) -> FastAPI:
@@ -55,21 +74,26 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loaded = engine or await asyncio.to_thread(load_engine, settings)
+        running = engine or Engine(engine_client(settings))
+        t0 = time.perf_counter()
+        await running.start()
+        if running.available:
+            log.info("engine %s up in %.1f s: %s", settings.config, time.perf_counter() - t0,
+                     ", ".join(f"worker {w.index} pid {w.pid} on {w.device}, capacity {w.capacity}"
+                               for w in running.workers()))
+        else:
+            log.error("no engine worker started; the server is degraded and refuses sessions")
         backend = speech or await asyncio.to_thread(
-            create_backend, settings.tts, loaded.info.sample_rate, settings.piper_model
+            create_backend, settings.tts, sample_rate_of(settings.config), settings.piper_model
         )
-        manager = SessionManager(settings, loaded, metrics, settings.default_quality, backend)
-        if settings.warm_up:
-            t0 = time.perf_counter()
-            frames = await asyncio.to_thread(loaded.warm_up, manager.default_preset)
-            log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
+        manager = SessionManager(settings, running, metrics, settings.default_quality, backend)
         app.state.manager = manager
         manager.start()
         try:
             yield
         finally:
             await manager.stop()
+            await running.close()
 
     app = FastAPI(
         title="avatar-engine",
@@ -84,6 +108,10 @@ def create_app(
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         headers = {"Retry-After": "5"} if exc.status == 503 else None
         return _error(exc.status, exc.code, exc.message, headers)
+
+    @app.exception_handler(EngineError)
+    async def _engine_error(_: Request, exc: EngineError) -> JSONResponse:
+        return _error(503, exc.code, exc.message, {"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -108,18 +136,32 @@ def create_app(
         return request.app.state.manager
 
     @app.get("/healthz", tags=["ops"])
-    async def healthz(request: Request) -> dict:
+    async def healthz(request: Request) -> JSONResponse:
         m = manager(request)
-        return {
-            "status": "ok",
+        workers = m.engine.workers()
+        alive = sum(1 for w in workers if w.alive)
+        status = "ok" if workers and alive == len(workers) else "degraded"
+        body = {
+            "status": status,
             "sessions": len(m.sessions),
             "max_sessions": settings.max_sessions,
-            "config": m.engine.info.config,
-            "device": m.engine.info.device,
+            "capacity": m.engine.capacity(),
+            "workers": len(workers),
+            "workers_alive": alive,
+            "config": settings.config,
+            "device": settings.device,
         }
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    @app.get(f"{API}/engine", tags=["ops"])
+    async def engine_workers(request: Request) -> dict:
+        return {"workers": [worker_json(w) for w in manager(request).engine.workers()]}
 
     @app.get("/metrics", tags=["ops"])
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        pool = manager(request).engine.client
+        metrics.engine_workers(manager(request).engine.workers(), getattr(pool, "lost", 0),
+                               getattr(pool, "restarts", 0))
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(f"{API}/info", tags=["sessions"])
@@ -152,7 +194,7 @@ def create_app(
     async def create_session(request: Request, body: SessionCreate | None = None) -> SessionCreated:
         if settings.auth_token is not None and _bearer(request) != settings.auth_token:
             raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
-        session = manager(request).create(body or SessionCreate())
+        session = await manager(request).create(body or SessionCreate())
         return SessionCreated(
             session_id=session.id,
             token=session.token,

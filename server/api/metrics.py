@@ -29,12 +29,28 @@ class ServerMetrics:
         self.deadline_misses = Counter(
             "avatar_deadline_misses", "Frames dropped late or repeated for lack of a new one", registry=r
         )
-        self.chunk_seconds = Histogram(
-            "avatar_engine_step_seconds",
-            "Engine step compute time (one chunk)",
-            registry=r,
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2),
+        self.quality_changes = Counter(
+            "avatar_quality_changes", "Sessions moved along the engine's quality ladder", ["reason"], registry=r
         )
+        self.engine_sessions = Gauge("avatar_engine_sessions", "Sessions per engine worker", ["worker"], registry=r)
+        self.engine_capacity = Gauge(
+            "avatar_engine_capacity", "More sessions each engine worker can hold in real time", ["worker"], registry=r
+        )
+        self.engine_alive = Gauge("avatar_engine_alive", "1 while the engine worker serves", ["worker"], registry=r)
+        self.engine_batch_mean = Gauge(
+            "avatar_engine_batch_mean", "Mean sessions per batched engine call", ["worker"], registry=r
+        )
+        self.engine_chunk_ms = Gauge(
+            "avatar_engine_chunk_ms", "Engine time per chunk and stage, per session", ["worker", "stage"], registry=r
+        )
+        self.engine_quality_sessions = Gauge(
+            "avatar_engine_quality_sessions", "Sessions at each quality level", ["worker", "level"], registry=r
+        )
+        self.engine_workers_lost = Gauge(
+            "avatar_engine_workers_lost", "Engine workers that died or were killed for making no progress",
+            registry=r,
+        )
+        self.engine_restarts = Gauge("avatar_engine_restarts", "Replacement engine workers started", registry=r)
         self.first_frame_seconds = Histogram(
             "avatar_first_frame_seconds",
             "Offer received to first video frame played out",
@@ -65,6 +81,27 @@ class ServerMetrics:
         self.recorder_frames_dropped = Counter(
             "avatar_recorder_frames_dropped", "Frames left out of a recording whose encoder fell behind", registry=r
         )
+
+    def engine_workers(self, workers: list, lost: int, restarts: int) -> None:
+        """Copy the engine workers' latest figures into the gauges (at each scrape)."""
+        self.engine_workers_lost.set(lost)
+        self.engine_restarts.set(restarts)
+        for w in workers:
+            label = str(w.index)
+            self.engine_sessions.labels(label).set(w.sessions)
+            self.engine_capacity.labels(label).set(w.capacity)
+            self.engine_alive.labels(label).set(1 if w.alive else 0)
+            stats = w.stats
+            if stats is None:
+                continue
+            self.engine_batch_mean.labels(label).set(stats.batch_mean)
+            for stage, ms in stats.chunk_ms.items():
+                self.engine_chunk_ms.labels(label, stage).set(ms)
+            levels: dict[int, int] = {}
+            for level in stats.quality_levels.values():
+                levels[level] = levels.get(level, 0) + 1
+            for level in range(max(levels, default=0) + 1):
+                self.engine_quality_sessions.labels(label, str(level)).set(levels.get(level, 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -208,6 +208,15 @@ class ErrorEvent(BaseModel):
     utterance_id: str | None = Field(None, description="the utterance the error is about, if any")
 
 
+class QualityChanged(BaseModel):
+    """The engine moved this session up or down its quality ladder (level 0 is the best)."""
+
+    type: Literal["quality"] = "quality"
+    level: int
+    name: str = Field(description="what the level keeps, e.g. 'no-interp,steps=3,guided'")
+    reason: str = Field(description="overload | recovered | warm_start")
+
+
 ServerEvent = (
     SessionReady
     | UtteranceQueued
@@ -217,6 +226,7 @@ ServerEvent = (
     | UserSpeechStopped
     | MetricsEvent
     | Pong
+    | QualityChanged
     | ErrorEvent
 )
 server_event: TypeAdapter[ServerEvent] = TypeAdapter(

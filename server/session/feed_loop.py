@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 
 class FeedLoop:
     """Each tick: the audio wall time made due goes to the engine, and the tracker learns where
-    each utterance sits on the timeline. Reports an overloaded engine once, a failed one by
-    ``on_failed`` (the loop then ends)."""
+    each utterance sits on the timeline. Reports an overloaded engine once."""
 
     def __init__(
         self,
@@ -29,7 +28,6 @@ class FeedLoop:
         generated: GeneratedFrames,
         tracker: PlaybackTracker,
         emit: Callable[[ServerEvent], None],
-        on_failed: Callable[[], None],
         tick_s: float,
     ) -> None:
         self._id = session_id
@@ -38,7 +36,6 @@ class FeedLoop:
         self._generated = generated
         self._tracker = tracker
         self._emit = emit
-        self._on_failed = on_failed
         self._tick_s = tick_s
         self._overload_reported = False
 
@@ -68,8 +65,4 @@ class FeedLoop:
                     if seg.last:
                         self._tracker.end(seg.utterance_id)
                 self._link.feed(block.samples)
-            if self._link.error is not None:
-                self._emit(ErrorEvent(code="engine_failed", message=f"the engine stopped: {self._link.error}"))
-                self._on_failed()
-                return
             await asyncio.sleep(self._tick_s)

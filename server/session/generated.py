@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from server.api.metrics import ServerMetrics
 from server.media.playout import PlayoutBuffer, PlayoutClosed
@@ -18,17 +19,22 @@ class GeneratedFrames:
     """
 
     def __init__(
-        self, playout: PlayoutBuffer, recorder: MP4Recorder | None, connected: asyncio.Event, metrics: ServerMetrics
+        self,
+        playout: PlayoutBuffer,
+        recorder: MP4Recorder | None,
+        connected: asyncio.Event,
+        metrics: ServerMetrics,
+        on_origin: Callable[[float | None], None] = lambda _: None,
     ) -> None:
         self._playout = playout
+        self._on_origin = on_origin
         self._recorder = recorder
         self._connected = connected
         self._metrics = metrics
         self.samples = 0  # timeline samples covered by the frames generated so far
         self.frames = 0  # frames handed to playout
 
-    def on_step(self, frames: list[PublishedFrame], step_s: float) -> None:
-        self._metrics.chunk_seconds.observe(step_s)
+    def on_generated(self, frames: list[PublishedFrame]) -> None:
         last = frames[-1]
         self.samples = (last.index + 1) * last.sample_rate // last.fps
         if self._recorder is not None:
@@ -45,3 +51,4 @@ class GeneratedFrames:
                 self._metrics.frames_generated.inc()
         except PlayoutClosed:
             return
+        self._on_origin(self._playout.frame_origin())  # the engine's deadlines follow playout

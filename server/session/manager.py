@@ -13,7 +13,7 @@ from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
 from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, ImageError
+from server.session.engine_link import Engine, EngineError, ImageError
 from server.session.reaper import SessionReaper
 from server.session.session import AvatarSession
 from server.voice.tts import TTSBackend
@@ -45,14 +45,16 @@ class SessionManager:
         delays = [s.playout.stats().delay for s in self.sessions.values() if s.started.is_set()]
         return sum(delays) / len(delays) if delays else 0.0
 
-    def create(self, options: SessionCreate) -> AvatarSession:
-        if len(self.sessions) >= self.settings.max_sessions:
+    async def create(self, options: SessionCreate) -> AvatarSession:
+        """Check the request, then open the engine session on the worker with the most free
+        capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total."""
+        cap = self.settings.max_sessions
+        if cap is not None and len(self.sessions) >= cap:
             self.metrics.sessions_rejected.labels("capacity").inc()
-            raise ApiError(
-                503,
-                "at_capacity",
-                f"the server is at its limit of {self.settings.max_sessions} sessions; try again later",
-            )
+            raise ApiError(503, "at_capacity", f"the server is at its limit of {cap} sessions; try again later")
+        if not self.engine.available:
+            self.metrics.sessions_rejected.labels("engine_unavailable").inc()
+            raise ApiError(503, "engine_unavailable", "no engine worker is running; see the server log")
         preset = options.quality or self.default_preset
         presets = self.engine.info.presets
         if preset not in presets:
@@ -71,10 +73,15 @@ class SessionManager:
                 f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.engine.avatars)}",
             )
         sid = "s_" + secrets.token_hex(8)
+        try:
+            link = await self.engine.open(preset, options.avatar, image, options.seed, name=sid)
+        except EngineError as exc:
+            if exc.code in ("at_capacity", "engine_unavailable"):
+                self.metrics.sessions_rejected.labels(exc.code).inc()
+                raise ApiError(503, exc.code, exc.message) from None
+            raise ApiError(400, "bad_image" if image is not None else "bad_avatar", exc.message) from None
         record_dir = self.settings.record_dir if options.record else None
-        session = AvatarSession(
-            sid, options, self.settings, self.engine, preset, self.metrics, record_dir, self.tts, image
-        )
+        session = AvatarSession(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()

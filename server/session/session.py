@@ -18,7 +18,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, SessionCreate, SessionReady
+from server.api.protocol import ErrorEvent, QualityChanged, SessionCreate, SessionReady
 from server.config import Mode, Settings
 from server.media.clock import MonotonicClock
 from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
@@ -27,7 +27,7 @@ from server.media.playout import PlayoutBuffer
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
 from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
-from server.session.engine_link import Engine, EngineLink
+from server.session.engine_link import EngineError, EngineLink, QualityEvent
 from server.session.events import SessionEvents
 from server.session.feed_loop import FeedLoop
 from server.session.feeder import Feeder
@@ -41,7 +41,6 @@ from server.voice.speech import SpeechQueue
 from server.voice.tts import TTSBackend
 
 log = logging.getLogger(__name__)
-PREFILL_LIMIT_S = 3.0
 
 
 class AvatarSession:
@@ -50,20 +49,17 @@ class AvatarSession:
         session_id: str,
         options: SessionCreate,
         settings: Settings,
-        engine: Engine,
-        preset: str,
+        link: EngineLink,
         metrics: ServerMetrics,
         record_dir: Path | None,
         tts: TTSBackend | None = None,
-        image: np.ndarray | None = None,
     ) -> None:
         self.id = session_id
         self.token = secrets.token_urlsafe(24)
         self.settings = settings
         self.avatar = options.avatar
-        self.image = image  # a custom reference image, when no bundled avatar is used
-        self.seed = options.seed
-        self.link = EngineLink(engine, preset, name=f"engine-{session_id}")
+        self.link = link
+        self.metrics = metrics
         info = self.link.info
         self.fps, self.sample_rate = info.fps, info.sample_rate
         self.height, self.width = info.frame_size
@@ -101,12 +97,13 @@ class AvatarSession:
             metrics,
             tts,
         )
+        self.voice.on_cut = link.silence_from  # an interrupt silences the engine's audio from the cut on
         self.microphone = MicrophoneIntake(sr, metrics, self._on_mic)
         self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
         self.sync = SyncProbe(self.fps, 1000 // self.playout.config.audio_packet_ms)
         recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
         self.recorder = recorder
-        self.generated = GeneratedFrames(self.playout, recorder, self.connected, metrics)
+        self.generated = GeneratedFrames(self.playout, recorder, self.connected, metrics, link.set_origin)
         self.played = PlaybackReporter(
             session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
         )
@@ -117,7 +114,6 @@ class AvatarSession:
             self.generated,
             self.voice.tracker,
             self.events.emit,
-            lambda: self._spawn(self.close("engine_failed"), "close"),
             settings.feed_tick_s,
         )
         self.metrics_loop = MetricsLoop(
@@ -145,27 +141,27 @@ class AvatarSession:
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start_engine(self) -> None:
-        """Open the engine session and compute its first chunk now, before the browser's offer."""
-        self._spawn(self._start_engine(), "engine-start")
-
-    async def _start_engine(self) -> None:
-        """Silence goes ahead of real time until the first chunk can run: the first frame needs no waiting."""
-        try:
-            await self.link.open(
-                self.avatar,
-                self.image,
-                self.seed,
-                self.generated,
-                lambda n: self.feeder.prefill(n).samples,
-                int(PREFILL_LIMIT_S * self.sample_rate),
-            )
-        except Exception as exc:
-            log.exception("session %s: engine failed to start", self.id)
-            self.events.emit(ErrorEvent(code="engine_failed", message=f"the engine could not start: {exc}"))
-            self._spawn(self.close("engine_failed"), "close")
-            return
+        """Prefill silence so the engine computes the first chunk now, before the browser's offer,
+        then take its frames for the session's life."""
+        self.link.prefill(self.feeder.prefill(self.link.info.first_chunk_samples).samples)
         self.liveness.engine_started_at = time.monotonic()
         self.engine_started.set()
+        self._spawn(self._take_frames(), "engine-frames")
+        self._spawn(self.link.quality_changes(self._on_quality), "engine-quality")
+
+    async def _take_frames(self) -> None:
+        try:
+            await self.link.deliver(self.generated)
+        except EngineError as exc:
+            if self._closing:
+                return
+            log.error("session %s: %s (%s)", self.id, exc.message, exc.code)
+            self.events.emit(ErrorEvent(code=exc.code, message=exc.message))
+            self._spawn(self.close(exc.code), "close")
+
+    def _on_quality(self, change: QualityEvent) -> None:
+        self.metrics.quality_changes.labels(change.reason).inc()
+        self.events.emit(QualityChanged(level=change.level, name=change.name, reason=change.reason))
 
     async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         """Answer the browser's offer; media starts once ICE/DTLS connect."""

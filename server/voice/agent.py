@@ -75,6 +75,7 @@ class AgentVoice:
             interrupt=self.interrupt,
         )
         self.interrupts: deque[tuple[float, int, int]] = deque(maxlen=16)  # (wall time, cut sample, fed)
+        self.on_cut: Callable[[int], None] = lambda _: None  # the engine is told where the voice was cut
 
     async def run(self) -> None:
         """The synthesis worker; runs for the session's life."""
@@ -112,6 +113,7 @@ class AgentVoice:
         fed = self._feed.fed
         if self._feed.mode == "agent":  # in mirror mode the voice is the user's own: never muted
             self.gate.mute(cut, fed)
+            self.on_cut(cut)
         for event in self.tracker.interrupt(cut):
             self._emit(event)
         self.interrupts.append((time.monotonic(), cut, fed))

@@ -202,6 +202,15 @@ class PlayoutBuffer:
         """Clock time the first frame arrived (None before)."""
         return self._t0
 
+    def frame_origin(self) -> float | None:
+        """Clock time at which engine frame 0 would play now (frame n at ``origin + n / fps``):
+        the deadline the engine schedules against. None before the first frame arrived."""
+        if self._t0 is None:
+            return None
+        now_rel = self._clock.now() - self._t0
+        offset = (self._epochs.current.shift - self._epochs.n0) * self._frame_period
+        return self._t0 + self._delay.delay_s(now_rel) + float(offset)
+
     def stats(self) -> PlayoutStats:
         misses = self._repeats + self._drops
         now_rel = 0.0 if self._t0 is None else self._clock.now() - self._t0

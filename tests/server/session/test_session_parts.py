@@ -99,7 +99,7 @@ async def test_a_recording_that_falls_behind_drops_frames_instead_of_failing_the
     playout = PlayoutBuffer(PlayoutConfig(fps=FPS, sample_rate=SR))
     connected = asyncio.Event()
     generated = GeneratedFrames(playout, recorder, connected, metrics)
-    generated.on_step([frame(i) for i in range(30)], 0.1)  # returns at once, however slow the disk
+    generated.on_generated([frame(i) for i in range(30)])  # returns at once, however slow the disk
     assert generated.samples == 30 * SR // FPS
     assert 30 - 8 - 1 <= recorder.frames_dropped <= 30 - 8
     assert metrics.registry.get_sample_value("avatar_recorder_frames_dropped_total") == recorder.frames_dropped

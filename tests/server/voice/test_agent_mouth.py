@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from agent_helpers import live_session
-from server_helpers import VIDEO_HOLD_S, loopback_only, make_settings, running_server, wait_until
+from server_helpers import VIDEO_HOLD_S, engine_pipeline, loopback_only, make_settings, running_server, wait_until
 
 from engine.avatars import avatar_image
 from engine.eval.probe import measure_openness, mouth_crops
@@ -34,8 +34,7 @@ async def test_mouth_moves_while_the_utterance_plays(monkeypatch):
     async with running_server(make_settings()) as srv, live_session(srv, barge_in=False) as live:
         ev = live.events
         session = srv.manager.sessions[live.id]
-        pipeline = srv.manager.engine.pipelines[session.link.preset]
-        assert pipeline.weights_loaded, "the tiny engine has no trained weights"
+        assert engine_pipeline("tiny").weights_loaded, "the tiny engine has no trained weights"
         video = live.media.video
         # Idle: the avatar listens, until the client has 3 s of it.
         assert await wait_until(lambda: video and video[-1][0] - video[0][0] >= 3.0, 30)

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from agent_helpers import live_session
-from server_helpers import loaded_engine, loopback_only, make_settings, running_server, wait_until
+from server_helpers import loopback_only, make_settings, running_server, wait_until
 
 from server import cli
 from server.api.metrics import ServerMetrics
@@ -61,7 +61,6 @@ def test_missing_backend_is_a_clear_error(monkeypatch, capsys):
         tts.create_backend("festival", SR)
     assert Settings.from_env({"AVATAR_TTS": "piper"}).tts == "piper"
     # `avatar serve` refuses to start with a backend that is not there, in one line.
-    monkeypatch.setattr("server.session.engine_link.load_engine", lambda settings: loaded_engine("micro"))
     assert cli.main(["serve", "--tts", "piper", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("avatar serve: TTS backend 'piper'") and "pip install piper-tts" in err[-1]
