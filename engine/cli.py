@@ -9,7 +9,8 @@ import sys
 from importlib.metadata import entry_points
 
 from engine.config import CONFIGS
-from engine.media.audio_io import MediaError, load_audio, load_image
+from engine.media.audio_io import MediaError, load_audio
+from engine.media.image import load_image
 
 
 class CliError(Exception):

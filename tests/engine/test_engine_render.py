@@ -177,7 +177,7 @@ CASES = {
     "missing audio file": (["--audio", "{missing}"], "not found"),
     "text file as audio": (["--audio", "{text}"], "not a readable audio file"),
     "zero-length wav": (["--audio", "{empty}"], "empty"),
-    "unreadable image": (["--audio", "{speech}", "--image", "{text}"], "not a readable image"),
+    "unreadable image": (["--audio", "{speech}", "--image", "{text}"], "not a PNG, JPEG, WebP or GIF image"),
     "missing image": (["--audio", "{speech}", "--image", "{missing}"], "not found"),
     "output folder missing": (["--audio", "{speech}", "--out", "{out_dir}/no/such/dir/x.mp4"], "does not exist"),
     "output is a folder": (["--audio", "{speech}", "--out", "{out_dir}"], "directory"),

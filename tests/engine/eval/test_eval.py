@@ -210,7 +210,7 @@ def test_psnr_and_ssim_perfect_on_self_and_lower_otherwise(small_video: tuple) -
 @needs_espeak
 def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
     from engine.eval.run import evaluate, format_table, update_card
-    from engine.media.audio_io import load_image
+    from engine.media.image import load_image
     from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config("micro", threads=1)
