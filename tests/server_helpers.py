@@ -107,9 +107,12 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: Settings | None = None, config: str = "tiny") -> AsyncIterator[Running]:
+async def running_server(settings: Settings | None = None, config: str = "tiny",
+                         inprocess: bool = True) -> AsyncIterator[Running]:
+    """The app on uvicorn in this process; its engine an in-process worker over the cached
+    ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
-    app = create_app(settings, loaded_engine(config, settings.warm_up))
+    app = create_app(settings, loaded_engine(config, settings.warm_up) if inprocess else None)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             ws_max_size=settings.max_control_bytes + 4096)
     server = uvicorn.Server(config)

@@ -59,6 +59,7 @@ class WorkerView:
     capacity: int
     stats: WorkerStats | None
     error: str | None = None
+    session_ids: tuple[str, ...] = ()
 
 
 class EngineStream:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -71,7 +71,8 @@ def presets_of(steps: int, interp: bool, guided: bool) -> dict[str, tuple[Qualit
 class EngineCore:
     def __init__(self, pipeline, info: EngineInfo, clock: Callable[[], float] = time.monotonic,
                  costs: CostModel | None = None, margin_s: float = 0.04, max_batch: int = 16,
-                 slot_frames: int | None = None) -> None:
+                 slot_frames: int | None = None, default_preset: str = "fast",
+                 capacity_margin: float = 0.2) -> None:
         self.pipe = pipeline
         self.info = info
         self.clock = clock
@@ -82,6 +83,10 @@ class EngineCore:
         guided = cfg.audio_guidance != 1.0
         steps = max(1, getattr(pipeline, "steps", 0) or 1)
         self.presets = presets_of(steps, True, guided)
+        if default_preset not in self.presets:
+            raise ValueError(f"unknown preset {default_preset!r}")
+        self.default_preset = default_preset
+        self.capacity_margin = capacity_margin
         self.step_frames = info.step_frames
         self.slot_frames = slot_frames or 2 * self.step_frames
         self.sessions: dict[str, CoreSession] = {}
@@ -176,7 +181,14 @@ class EngineCore:
         batch = plan_batch(now, candidates, self.costs, margin_s=self.margin_s, max_batch=self.max_batch)
         if batch is None:
             return None
-        members = [self.sessions[c.session] for c in batch.members]
+        outcome = self.run([c.session for c in batch.members], batch.members[0].cost_key)
+        if outcome.failed:
+            return outcome
+        return replace(outcome, changes=self._adapt_quality())
+
+    def run(self, names: list[str], key: Hashable) -> StepOutcome:
+        """Run these sessions' next chunks (one batch key) as one batched call and record its cost."""
+        members = [self.sessions[name] for name in names]
         t0 = time.perf_counter()
         try:
             result = self.pipe.step_batch([s.stream for s in members])
@@ -184,10 +196,8 @@ class EngineCore:
             message = f"{exc.__class__.__name__}: {exc}"
             for s in members:
                 self.close(s.id)
-            return StepOutcome({}, tuple(s.id for s in members), time.perf_counter() - t0,
-                               failed={s.id: message for s in members})
+            return StepOutcome({}, tuple(names), time.perf_counter() - t0, failed={n: message for n in names})
         seconds = time.perf_counter() - t0
-        key = batch.members[0].cost_key
         self.costs.observe(key, len(members), seconds)
         self.costs.observe_stages(key, len(members), result.timings)
         self.batches += 1
@@ -200,7 +210,7 @@ class EngineCore:
             frames[s.id] = [(s.free_slots.popleft(), f) for f in published]
             if published:
                 s.published = published[-1].index + 1
-        return StepOutcome(frames, tuple(s.id for s in members), seconds, self._adapt_quality())
+        return StepOutcome(frames, tuple(names), seconds)
 
     def _adapt_quality(self) -> tuple[QualityChange, ...]:
         now = self.clock()
@@ -222,22 +232,24 @@ class EngineCore:
 
     # ---- figures ------------------------------------------------------------------------
 
-    def work_per_period(self, preset: str = "quality") -> tuple[Hashable, ...]:
-        """The cost keys one session at full quality needs every chunk period."""
+    def work_per_period(self, preset: str | None = None) -> tuple[Hashable, ...]:
+        """The cost keys one session of ``preset`` (default: the worker's) at its best quality
+        needs every chunk period."""
         steps = getattr(self.pipe, "steps", 0)
         if not steps:  # a procedural engine: one drawing per chunk, nothing to denoise
-            return (("N", 0, False),)
-        q = self.presets[preset][0]
+            return (("N", 0, False, False),)
+        q = self.presets[preset or self.default_preset][0]
         guided = q.guidance and self.pipe.config.audio_guidance != 1.0
-        work = [("N", q.steps or steps, guided)]
+        work = [("N", q.steps or steps, guided, q.interp)]
         if q.interp:
-            work.append(("I", min(steps, self.pipe.config.interp_steps), False))
+            work.append(("I", min(steps, self.pipe.config.interp_steps), False, True))
         return tuple(work)
 
     def capacity(self) -> int:
-        """More sessions this worker can hold in real time at full quality (never negative)."""
+        """More sessions of the default preset this worker can hold in real time at their best
+        quality (never negative)."""
         period = self.info.frames_per_chunk / self.info.fps
-        total = sessions_in_real_time(self.costs, self.work_per_period(), period)
+        total = sessions_in_real_time(self.costs, self.work_per_period(), period, margin=self.capacity_margin)
         return max(0, total - len(self.sessions))
 
     @property
@@ -249,5 +261,6 @@ class EngineCore:
 
 
 def cost_key(key) -> Hashable:
-    """What a batch costs depends on its kind, steps and guidance, not on who is in it."""
-    return (key.kind, key.steps, key.guided)
+    """What a batch costs depends on its kind, steps, guidance and whether I chunks run (an N
+    chunk decodes its frames only without them), not on who is in it."""
+    return (key.kind, key.steps, key.guided, key.interp)

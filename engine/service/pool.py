@@ -211,7 +211,8 @@ class WorkerLink:
     def view(self) -> WorkerView:
         s = self.stats
         return WorkerView(self.index, self.pid, self.options.device, self.alive, self.state,
-                          len(self.streams), max(0, self.free) if self.alive else 0, s, self.error)
+                          len(self.streams), max(0, self.free) if self.alive else 0, s, self.error,
+                          tuple(self.streams))
 
 
 def cuda_devices() -> list[str]:

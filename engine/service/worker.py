@@ -9,6 +9,7 @@ thread of the web process (``--engine inprocess``).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -57,6 +58,16 @@ class WorkerOptions:
     warm_up: bool = True
     calibrate: tuple[int, ...] = (1, 2)  # batch sizes measured before the worker reports ready
     max_batch: int = 16
+    default_preset: str = "fast"  # what the capacity figure counts sessions of
+    # Share of each chunk period kept free when counting capacity; None: 0.35 on a CPU, whose
+    # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator.
+    capacity_margin: float | None = None
+
+    @property
+    def margin(self) -> float:
+        if self.capacity_margin is not None:
+            return self.capacity_margin
+        return 0.35 if self.device == "cpu" else 0.2
     fault: str | None = None  # tests: "hang" stops making progress after the first batch
 
     def on_device(self, device: str) -> WorkerOptions:
@@ -96,7 +107,8 @@ def core_from(pipe, options: WorkerOptions, costs=None):
     from engine.pipeline import warm_up
     from engine.service.core import EngineCore
 
-    core = EngineCore(pipe, describe(pipe), costs=costs, max_batch=options.max_batch)
+    core = EngineCore(pipe, describe(pipe), costs=costs, max_batch=options.max_batch,
+                      default_preset=options.default_preset, capacity_margin=options.margin)
     if options.warm_up:
         t0 = time.perf_counter()
         frames = warm_up(pipe)
@@ -106,21 +118,27 @@ def core_from(pipe, options: WorkerOptions, costs=None):
     return core
 
 
-def calibrate(core, sizes: tuple[int, ...], max_steps: int = 24) -> None:
-    """Time silent sessions' chunks of every kind a session needs (N and I) at each batch
-    size, so the capacity figure and the scheduler's estimates are measured before the first
-    real session arrives."""
+def calibrate(core, sizes: tuple[int, ...], rounds: int = 3) -> None:
+    """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
+    each batch size, so the capacity figure and the scheduler's estimates are measured before
+    the first real session arrives. Batches are formed here, not by the scheduler: it can only
+    learn that a batch pays once one has run."""
     info = core.info
-    needed = core.work_per_period()
-    for size in sizes:
-        names = [f"_calibrate{size}_{i}" for i in range(size)]
+    for preset, size in itertools.product(core.presets, sizes):
+        names = [f"_calibrate{preset}{size}_{i}" for i in range(size)]
         for name in names:
-            core.open(name, SessionSpec(), core.slot_frames)
-            core.push(name, 0, np.zeros(info.sample_rate * 6, np.float32))
+            core.open(name, SessionSpec(preset=preset), core.slot_frames)
+            core.push(name, 0, np.zeros(info.sample_rate * 8, np.float32))
         try:
-            for _ in range(max_steps):
-                if all(core.costs.count(key, size) for key in needed) or core.step() is None:
+            for _ in range(4 * rounds):
+                groups: dict = {}
+                for c in core.candidates(core.clock()):
+                    groups.setdefault(c.key, []).append(c)
+                full = [g for g in groups.values() if len(g) == size]
+                if not full:
                     break
+                for group in full:
+                    core.run([c.session for c in group], group[0].cost_key)
                 for name in names:  # frames are dropped: give the slots straight back
                     core.sessions[name].free_slots = deque(range(core.slot_frames))
         finally:

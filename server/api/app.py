@@ -57,6 +57,7 @@ def worker_json(w) -> dict:
         "alive": w.alive,
         "state": w.state,
         "sessions": w.sessions,
+        "session_ids": list(w.session_ids),
         "capacity": w.capacity,
         "batch_mean": stats.batch_mean if stats else 0.0,
         "chunk_ms": stats.chunk_ms if stats else {},

@@ -64,7 +64,7 @@ def sample_rate_of(config: str) -> int:
 
 def worker_options(settings: Settings) -> WorkerOptions:
     return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
-                         guidance=settings.guidance, warm_up=settings.warm_up)
+                         guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality)
 
 
 def engine_client(settings: Settings) -> EngineClient:

@@ -108,7 +108,7 @@ def test_quality_goes_down_under_overload_and_back_up_after_the_hold(core):
     open_fed(core, "a", 6.0)
     give_back(core, core.step())
     clock = core.fake_clock
-    for key in core.work_per_period():
+    for key in core.work_per_period("quality"):
         for _ in range(5):
             core.costs.observe(key, 1, 5.0)  # a chunk now takes 5 s: the deadline cannot be met
     core.set_origin("a", clock.now)

@@ -1,0 +1,88 @@
+"""The server on engine worker processes: a session streams through a subprocess worker, a
+killed worker costs only its own sessions (``engine_lost``), a replacement comes up, and
+admission follows the engine's measured capacity."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from agent_helpers import append_message, live_session, pcm_rms, tone
+from server_helpers import loopback_only, make_settings, running_server, wait_until
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def subprocess_settings(**overrides):
+    return make_settings(config="puppet", engine="subprocess", max_sessions=None, **overrides)
+
+
+def frames_since(live, t0: float) -> int:
+    return sum(1 for t, _, _ in live.media.video if t >= t0)
+
+
+async def engine_view(srv) -> list[dict]:
+    return (await srv.http.get("/v1/engine")).json()["workers"]
+
+
+async def test_a_session_streams_through_a_subprocess_worker(monkeypatch):
+    loopback_only(monkeypatch)
+    async with running_server(subprocess_settings(), inprocess=False) as srv:
+        workers = await engine_view(srv)
+        assert len(workers) == 1 and workers[0]["alive"] and workers[0]["pid"] != os.getpid()
+        assert workers[0]["capacity"] > 0
+        async with live_session(srv) as live:
+            sr = live.session["sample_rate"]
+            assert await wait_until(lambda: len(live.media.video) >= 25, 20)
+            await live.events.send(append_message(tone(1.5, sr), sr, "beep"))
+            await live.events.send({"type": "audio.commit"})
+            started = await live.events.wait("playback.started", "beep")
+            finished = await live.events.wait("playback.finished", "beep", timeout_s=20)
+            assert finished["pts"] - started["pts"] == pytest.approx(1.5, abs=0.1)
+            t_started = live.events.at("playback.started", "beep")
+            loud = [pcm for t, _, pcm in live.media.audio if t_started + 0.2 <= t < t_started + 1.2]
+            assert loud and np.mean([pcm_rms(p) > 0.05 for p in loud]) > 0.8, "the tone is heard as it plays"
+            t0 = time.monotonic()
+            await asyncio.sleep(2.0)  # real-time pacing: frames keep coming at 25 fps
+            assert 40 <= frames_since(live, t0) <= 60
+            view = (await engine_view(srv))[0]
+            assert view["sessions"] == 1 and view["session_ids"] == [live.id]
+            assert await wait_until(lambda: live.id in srv.manager.engine.workers()[0].stats.quality_levels, 2)
+            metrics = (await srv.http.get("/metrics")).text
+            assert 'avatar_engine_sessions{worker="0"} 1.0' in metrics
+
+
+async def test_a_killed_worker_costs_only_its_own_sessions(monkeypatch):
+    loopback_only(monkeypatch)
+    async with running_server(subprocess_settings(engine_workers=2), inprocess=False) as srv:
+        async with live_session(srv) as first, live_session(srv) as second:
+            workers = await engine_view(srv)
+            home = {sid: w["index"] for w in workers for sid in w["session_ids"]}
+            assert home[first.id] != home[second.id], "idle workers share the sessions out"
+            assert await wait_until(lambda: len(first.media.video) > 25 and len(second.media.video) > 25, 20)
+            victim = next(w for w in workers if w["index"] == home[first.id])
+            t_kill = time.monotonic()
+            os.kill(victim["pid"], signal.SIGKILL)
+            error = await first.events.wait("error", timeout_s=5)
+            assert error["code"] == "engine_lost" and first.events.at("error") - t_kill < 2.0
+            assert await wait_until(lambda: first.id not in srv.manager.sessions, 5)
+            t0 = time.monotonic()
+            await asyncio.sleep(2.0)
+            assert frames_since(second, t0) >= 40, "the other worker's session streams on"
+            assert second.id in srv.manager.sessions and (await srv.http.get("/healthz")).json()["sessions"] == 1
+
+            async def replaced() -> bool:
+                views = await engine_view(srv)
+                return all(w["alive"] for w in views) and victim["pid"] not in {w["pid"] for w in views}
+
+            deadline = time.monotonic() + 15
+            while not await replaced():
+                assert time.monotonic() < deadline, "no replacement worker within 15 s"
+                await asyncio.sleep(0.2)
+            async with live_session(srv) as third:
+                assert await wait_until(lambda: len(third.media.video) >= 25, 15)
+            assert 'avatar_engine_workers_lost 1.0' in (await srv.http.get("/metrics")).text
