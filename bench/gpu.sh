@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check: the `large` config (1.3B-shaped DiT, 480x832) for 200 N chunks on one CUDA
-# device; prints fps, first-frame time and peak GPU memory after 10 and 200 chunks.
+# device; prints fps, first-frame time and peak GPU memory after 10 and 200 chunks; then
+# concurrent sessions through one worker (tiny at 1-64, large at 1-4), batched and not.
 # Finishes well inside 8 minutes on an H100/H200-class GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +23,10 @@ PY
     --json "${OUT:-/tmp}/gpu-large-nointerp.json"
 "$PY" -m engine.cli bench --config tiny --device cuda --chunks 200 --checkpoints 10,200 \
     --json "${OUT:-/tmp}/gpu-tiny.json"
+# Many sessions through one worker's scheduler, batched and not: sessions per GPU at real time.
+"$PY" -m engine.cli bench --config tiny --device cuda --sessions 1,4,16,64 --seconds 8 \
+    --json "${OUT:-/tmp}/gpu-tiny-sessions.json"
+"$PY" -m engine.cli bench --config tiny --device cuda --sessions 1,4,16 --seconds 8 --no-batch \
+    --json "${OUT:-/tmp}/gpu-tiny-sessions-nobatch.json"
+"$PY" -m engine.cli bench --config large --device cuda --sessions 1,4 --seconds 4 \
+    --json "${OUT:-/tmp}/gpu-large-sessions.json"

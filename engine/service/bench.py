@@ -90,6 +90,11 @@ def format_sessions(results: list[SessionsBenchResult]) -> str:
     if first is not None:
         rows.insert(0, f"{first.config} on {first.device}, {first.threads} threads, "
                        f"{first.seconds:g} s of speech per session")
+    for batched in (True, False):
+        held = [r.sessions for r in results if r.batched == batched and r.min_session_rtf >= 1.0]
+        if any(r.batched == batched for r in results):
+            rows.append(f"sessions at real time ({'batched' if batched else 'unbatched'}): "
+                        f"{max(held) if held else 0} of those tried")
     return "\n".join(rows)
 
 

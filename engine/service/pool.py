@@ -4,8 +4,8 @@ Each worker is reached through a ``WorkerLink`` (its connection, its sessions, i
 stats). A worker that dies (SIGKILL, out of memory, segfault) costs its own sessions an
 ``engine_lost`` error at once (the link watches the process sentinel and the connection),
 and the pool starts a replacement; a worker that reports due work but makes no progress
-for ``watchdog_s`` is killed and treated the same way. Sessions go to the worker with the
-most free capacity, as the workers measure it.
+for ``watchdog_s`` is killed and treated the same way. Sessions go to the least loaded
+worker (the smallest share of its measured real-time capacity in use; then the most room).
 """
 
 from __future__ import annotations
@@ -82,6 +82,12 @@ class WorkerLink:
         if self.stats is None:
             return 0
         return self.stats.capacity + self.stats.sessions - len(self.streams) - len(self._opening)
+
+    @property
+    def load(self) -> float:
+        """Share of its real-time capacity in use (1.0 when it has no room or has not measured it)."""
+        total = len(self.streams) + len(self._opening) + self.free
+        return 1.0 if total <= 0 else 1.0 - self.free / total
 
     # ---- connection ----------------------------------------------------------------------
 
@@ -309,7 +315,7 @@ class WorkerPool(EngineClient):
         ready = [link for link in self.links if link.alive]
         if not ready:
             raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
-        best = max(ready, key=lambda link: link.free)
+        best = min(ready, key=lambda link: (link.load, -link.free))
         if best.free <= 0:
             raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
         return await best.open(spec, session)

@@ -72,6 +72,6 @@ async def test_own_reference_image_from_the_page(tmp_path):
         await page.click("#start")
         await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
         (session,) = srv.manager.sessions.values()
-        assert session.avatar is None and session.image.shape == (256, 256, 3)
+        assert session.avatar is None  # the engine draws the page's portrait, not a bundled avatar
         await page.click("#stop")
         assert await wait_until(lambda: not srv.manager.sessions, 10)

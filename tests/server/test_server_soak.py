@@ -1,7 +1,8 @@
 """Long-session measurement over WebRTC (``make soak``). ``AVATAR_SOAK_S`` sets the length (default
 120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
 from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2),
-``AVATAR_SOAK_QUALITY`` the preset (quality | fast), ``AVATAR_SOAK_SERVER`` where the server runs:
+``AVATAR_SOAK_QUALITY`` the preset (quality | fast), ``AVATAR_SOAK_SESSIONS`` how many concurrent
+sessions (default 1), ``AVATAR_SOAK_SERVER`` where the server runs:
 ``process`` (default: ``avatar serve`` in its own process, as deployed, so the measuring client
 does not share its interpreter) or ``inprocess``.
 
@@ -48,81 +49,102 @@ def engine_threads() -> Iterator[None]:
 WARMUP_S = 15.0
 
 
-def server_under_test(config: str, monkeypatch):
+def server_under_test(config: str, monkeypatch, sessions: int):
     loopback_only(monkeypatch)  # this process's side; a spawned server restricts its own
     if os.environ.get("AVATAR_SOAK_SERVER", "process") == "inprocess":
-        return running_server(make_settings(max_sessions=1), config=config)
-    return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")))
-
-
-def prometheus_value(res, name: str) -> dict[str, float]:
-    """``_sum`` and ``_count`` of a histogram from ``GET /metrics``."""
-    values = {}
-    for line in res.text.splitlines():
-        for part in ("sum", "count"):
-            if line.startswith(f"{name}_{part} "):
-                values[part] = float(line.split()[1])
-    return values
+        return running_server(make_settings(max_sessions=sessions), config=config)
+    return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")), max_sessions=sessions)
 
 
 def last_before(metrics: list[tuple[float, dict]], t: float) -> dict:
     return [m for at, m in metrics if at <= t][-1]
 
 
+class SoakSession:
+    """One mirror session fed looped speech, its control-socket metrics and received media."""
+
+    def __init__(self, srv, options: dict) -> None:
+        self.srv, self.options = srv, options
+        self.metrics: list[tuple[float, dict]] = []
+        self.video, self.audio, self.stop = Received("video"), Received("audio"), asyncio.Event()
+
+    async def start(self) -> None:
+        res = await self.srv.http.post("/v1/sessions", json=self.options)
+        assert res.status_code == 201, res.text
+        self.session = s = res.json()
+        url = f"{self.srv.ws_url}/v1/sessions/{s['session_id']}/control?token={s['token']}"
+        self.ws = await websockets.connect(url)
+        self.reader = asyncio.create_task(self._read())
+        self.t0 = time.monotonic()
+        self.pc = await connect_client(self.srv, s, SpeechTrack(speech_pcm16(), loop=True))
+        self.tasks = [asyncio.create_task(collect(r.track, self.video if r.track.kind == "video" else self.audio,
+                                                  self.stop, False)) for r in self.pc.getReceivers()]
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            event = json.loads(raw)
+            if event["type"] == "metrics":
+                self.metrics.append((time.monotonic(), event))
+
+    def figures(self) -> dict:
+        warm, end = last_before(self.metrics, self.t0 + WARMUP_S), self.metrics[-1][1]
+        windows = np.arange(self.video.arrival[0], self.video.arrival[-1] - 5, 30.0)
+        offsets = [av_offset(self.video, self.audio, (w, w + 30.0)) for w in windows] or [
+            av_offset(self.video, self.audio)]
+        misses = end["deadline_misses"] - warm["deadline_misses"]
+        slots = end["frames_played"] - warm["frames_played"] + misses
+        return {
+            "first_frame_s": self.video.arrival[0] - self.t0,
+            "misses": misses,
+            "slots": slots,
+            "miss_ratio": misses / max(1, slots),
+            "offsets": offsets,
+            "server_av_ms": max(abs(m["av_offset_ms"]) for t, m in self.metrics if t - self.t0 > WARMUP_S),
+            "nbytes": (warm["engine_state_bytes"], end["engine_state_bytes"]),
+            "delay_ms": end["playout_delay_ms"],
+        }
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.srv.http.delete(f"/v1/sessions/{self.session['session_id']}",
+                                   headers={"Authorization": f"Bearer {self.session['token']}"})
+        await self.pc.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.reader.cancel()
+
+
 async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     duration = float(os.environ.get("AVATAR_SOAK_S", "120"))
     config = os.environ.get("AVATAR_SOAK_CONFIG", "tiny")
-    options = {"mode": "mirror", "quality": os.environ.get("AVATAR_SOAK_QUALITY", "fast")}
-    async with server_under_test(config, monkeypatch) as srv:
-        session = (await srv.http.post("/v1/sessions", json=options)).json()
-        ws = await websockets.connect(
-            f"{srv.ws_url}/v1/sessions/{session['session_id']}/control?token={session['token']}"
-        )
-        metrics: list[tuple[float, dict]] = []
-
-        async def read_events() -> None:
-            async for raw in ws:
-                event = json.loads(raw)
-                if event["type"] == "metrics":
-                    metrics.append((time.monotonic(), event))
-
-        reader = asyncio.create_task(read_events())
-        t0 = time.monotonic()
-        pc = await connect_client(srv, session, SpeechTrack(speech_pcm16(), loop=True))
-        video, audio, stop = Received("video"), Received("audio"), asyncio.Event()
-        tasks = [asyncio.create_task(collect(r.track, video if r.track.kind == "video" else audio, stop, False))
-                 for r in pc.getReceivers()]
+    count = int(os.environ.get("AVATAR_SOAK_SESSIONS", "1"))
+    quality = os.environ.get("AVATAR_SOAK_QUALITY", "fast")
+    async with server_under_test(config, monkeypatch, count) as srv:
+        sessions = [SoakSession(srv, {"mode": "mirror", "quality": quality}) for _ in range(count)]
+        for s in sessions:
+            await s.start()
         await asyncio.sleep(duration)
-        stop.set()
-        first_frame = video.arrival[0] - t0
-        step = prometheus_value(await srv.http.get("/metrics"), "avatar_engine_step_seconds")
-        warm, end = last_before(metrics, t0 + WARMUP_S), metrics[-1][1]
-
-        windows = np.arange(video.arrival[0], video.arrival[-1] - 5, 30.0)
-        offsets = [av_offset(video, audio, (w, w + 30.0)) for w in windows] or [av_offset(video, audio)]
-        misses = end["deadline_misses"] - warm["deadline_misses"]
-        slots = end["frames_played"] - warm["frames_played"] + misses
-        miss_ratio = misses / max(1, slots)
-        server_av = max(abs(m["av_offset_ms"]) for t, m in metrics if t - t0 > WARMUP_S)
-        nbytes_warm, nbytes_end = warm["engine_state_bytes"], end["engine_state_bytes"]
-        growth = (nbytes_end - nbytes_warm) / nbytes_warm
-        print(f"\nsoak {duration:.0f} s, {config}, {options['quality']}, server "
-              f"{os.environ.get('AVATAR_SOAK_SERVER', 'process')}: first frame {first_frame * 1000:.0f} ms after "
-              f"offer; steady-state deadline misses {misses}/{slots} = {100 * miss_ratio:.2f}%; playout delay "
-              f"{end['playout_delay_ms']:.0f} ms; client A/V offset per 30 s window (ms) "
-              f"{[round(o * 1000, 1) for o in offsets]}; server A/V offset max {server_av:.1f} ms; "
-              f"engine state {nbytes_warm} -> {nbytes_end} bytes ({100 * growth:+.2f}%); engine step mean "
-              f"{1000 * step['sum'] / max(step['count'], 1):.0f} ms over {step['count']:.0f} chunks")
-
-        await srv.http.delete(f"/v1/sessions/{session['session_id']}",
-                              headers={"Authorization": f"Bearer {session['token']}"})
-        await pc.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        reader.cancel()
-
-        assert max(abs(o) for o in offsets) <= 1 / 25
-        assert server_av <= 40
-        # Flat within 2%, give or take the audio the engine holds between chunks (which varies with the
-        # chunk phase: up to ~2 s of float32 samples).
-        assert nbytes_end - nbytes_warm <= max(0.02 * nbytes_warm, 2 * 16_000 * 4)
-        assert miss_ratio <= 0.005
+        engine = (await srv.http.get("/v1/engine")).json()["workers"]
+        for s in sessions:
+            s.stop.set()
+        results = [s.figures() for s in sessions]
+        for s in sessions:
+            await s.close()
+        chunk_ms = {k: round(v, 1) for w in engine for k, v in w["chunk_ms"].items()}
+        print(f"\nsoak {duration:.0f} s, {count} session(s), {config}, {quality}, server "
+              f"{os.environ.get('AVATAR_SOAK_SERVER', 'process')}; engine ms per chunk and session by stage "
+              f"{chunk_ms}, batch mean {[w['batch_mean'] for w in engine]}, quality changes "
+              f"{[w['quality_changes'] for w in engine]}")
+        for i, r in enumerate(results):
+            print(f"  session {i}: first frame {r['first_frame_s'] * 1000:.0f} ms after its offer; steady-state "
+                  f"deadline misses {r['misses']}/{r['slots']} = {100 * r['miss_ratio']:.2f}%; playout delay "
+                  f"{r['delay_ms']:.0f} ms; client A/V offset per 30 s window (ms) "
+                  f"{[round(o * 1000, 1) for o in r['offsets']]}; server A/V offset max {r['server_av_ms']:.1f} ms; "
+                  f"engine state {r['nbytes'][0]} -> {r['nbytes'][1]} bytes")
+        for r in results:
+            assert max(abs(o) for o in r["offsets"]) <= 1 / 25
+            assert r["server_av_ms"] <= 40
+            # Flat within 2%, give or take the audio the engine holds between chunks (which varies with the
+            # chunk phase: up to ~2 s of float32 samples).
+            warm, end = r["nbytes"]
+            assert end - warm <= max(0.02 * warm, 2 * 16_000 * 4)
+            assert r["miss_ratio"] <= 0.005
