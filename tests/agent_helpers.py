@@ -74,7 +74,7 @@ class Media:
 
     def loud_packets(self, since: float = 0.0, threshold: float = 0.05) -> int:
         """20 ms packets received after ``since`` whose RMS is above ``threshold`` (of full scale)."""
-        return sum(1 for t, _, pcm in self.audio if t >= since and _rms(pcm) > threshold)
+        return sum(1 for t, _, pcm in self.audio if t >= since and pcm_rms(pcm) > threshold)
 
     def tone_seconds(self, rate: int = 48_000) -> float:
         """Seconds of a steady tone heard, from the received energy, so partial packets count in part.
@@ -82,18 +82,18 @@ class Media:
         The reference level is the median RMS of the loud packets (the send path's stereo upmix
         changes the level by a fixed factor).
         """
-        loud = [_rms(pcm) for _, _, pcm in self.audio if _rms(pcm) > 0.05]
+        loud = [pcm_rms(pcm) for _, _, pcm in self.audio if pcm_rms(pcm) > 0.05]
         if not loud:
             return 0.0
         energy = sum(float(np.sum((pcm.astype(np.float64) / 32768.0) ** 2)) for _, _, pcm in self.audio)
         return energy / float(np.median(loud)) ** 2 / rate
 
 
-def _rms(pcm: np.ndarray) -> float:
+def pcm_rms(pcm: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pcm.astype(np.float64) / 32768.0) ** 2))) if pcm.size else 0.0
 
 
-async def _collect(track: MediaStreamTrack, media: Media) -> None:
+async def collect_media(track: MediaStreamTrack, media: Media) -> None:
     while True:
         try:
             frame = await track.recv()
@@ -131,7 +131,7 @@ async def live_session(srv: Running, mic: MediaStreamTrack | None = None, **crea
     events = Events(ws)
     pc = await connect_client(srv, session, mic)
     media = Media()
-    readers = [asyncio.create_task(_collect(r.track, media)) for r in pc.getReceivers() if r.track is not None]
+    readers = [asyncio.create_task(collect_media(r.track, media)) for r in pc.getReceivers() if r.track is not None]
     try:
         await events.wait("session.ready", timeout_s=30)
         yield Live(session, events, media, pc)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from datetime import UTC, datetime
 
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
 from server.config import IceServer
+from server.media.sdp import BadOffer, check_offer
 
-
-class BadOffer(ValueError):
-    """The client's SDP offer cannot be used (malformed, or lacks audio/video sections)."""
+__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "last_rtcp_age"]
+log = logging.getLogger(__name__)
 
 
 def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
@@ -18,21 +20,55 @@ def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
     return RTCPeerConnection(RTCConfiguration(iceServers=servers))
 
 
+async def apply_offer(pc: RTCPeerConnection, offer: RTCSessionDescription) -> set[str]:
+    """Apply the client's offer (checked first: :func:`check_offer`); the kinds of its media sections."""
+    check_offer(offer.sdp)
+    try:
+        await pc.setRemoteDescription(offer)
+    except Exception as exc:  # aiortc's parser raises anything from StopIteration to OperationError
+        raise BadOffer(f"malformed SDP offer: {exc.__class__.__name__}: {exc}") from exc
+    return {t.kind for t in pc.getTransceivers()}
+
+
+async def _local_answer(pc: RTCPeerConnection) -> RTCSessionDescription:
+    try:
+        await pc.setLocalDescription(await pc.createAnswer())
+    except Exception as exc:  # an offer aiortc applied but cannot answer
+        raise BadOffer(f"cannot answer this offer: {exc.__class__.__name__}: {exc}") from exc
+    return pc.localDescription
+
+
 async def answer(
     pc: RTCPeerConnection, offer: RTCSessionDescription, video: MediaStreamTrack, audio: MediaStreamTrack
 ) -> RTCSessionDescription:
     """Apply the offer, attach our two tracks to its audio/video sections, return the answer."""
-    try:
-        await pc.setRemoteDescription(offer)
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise BadOffer(f"malformed SDP offer: {exc}") from exc
-    kinds = {t.kind for t in pc.getTransceivers()}
-    if not {"audio", "video"} <= kinds:
+    if not {"audio", "video"} <= await apply_offer(pc, offer):
         raise BadOffer("the offer must contain an audio and a video media section")
     pc.addTrack(video)
     pc.addTrack(audio)
-    await pc.setLocalDescription(await pc.createAnswer())
-    return pc.localDescription
+    return await _local_answer(pc)
+
+
+async def answer_ingest(pc: RTCPeerConnection, offer: RTCSessionDescription) -> RTCSessionDescription:
+    """A publisher's offer (WHIP): its audio comes in, nothing goes back; any video is read and ignored."""
+    if "audio" not in await apply_offer(pc, offer):
+        raise BadOffer("a WHIP offer must contain an audio media section")
+    return await _local_answer(pc)
+
+
+async def close_peer(pc: RTCPeerConnection) -> None:
+    """``pc.close()``, which raises when a transceiver has no transport (an offer that failed half
+    applied) and then leaves the other transports' sockets open; the session closes anyway."""
+    try:
+        await pc.close()
+    except Exception:
+        log.warning("closing a peer connection failed; stopping its transports one by one", exc_info=True)
+        for transceiver in pc.getTransceivers():
+            dtls = transceiver.receiver.transport
+            if dtls is not None:
+                with contextlib.suppress(Exception):
+                    await dtls.stop()
+                    await dtls.transport.stop()
 
 
 async def last_rtcp_age(pc: RTCPeerConnection) -> float | None:
