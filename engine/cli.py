@@ -82,6 +82,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_sessions(pipe, args: argparse.Namespace) -> int:
+    from engine.pipeline import warm_up
     from engine.service.bench import format_sessions, run_sessions_bench, write_sessions_json
 
     try:
@@ -91,6 +92,7 @@ def _bench_sessions(pipe, args: argparse.Namespace) -> int:
     if not counts or min(counts) < 1:
         raise CliError("--sessions needs counts of at least 1")
     seconds = args.seconds if args.seconds_given else 10.0
+    warm_up(pipe)
     results = [run_sessions_bench(pipe, n, batched=not args.no_batch, seconds=seconds) for n in counts]
     print(format_sessions(results))
     if args.json:
