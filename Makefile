@@ -1,8 +1,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The third-party WHIP/WHEP browser clients the tests load (npm package whip-whep, pinned by its lock file).
+WHIP_PAGE := tests/fixtures/whip_page
+NODE_STAMP := $(WHIP_PAGE)/node_modules/.package-lock.json
 
-.PHONY: install run test lint bench soak clean
+.PHONY: install run test lint bench soak clean system-run system-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,10 +17,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: install
+# Debian packages: installed when missing (root or sudo), else one line naming the command.
+system-run:
+	@.ci/system-packages run
+
+system-test:
+	@.ci/system-packages test
+
+$(NODE_STAMP): $(WHIP_PAGE)/package-lock.json
+	npm ci --prefix $(WHIP_PAGE) --no-audit --no-fund --loglevel=error
+
+run: system-run install
 	$(VENV)/bin/avatar serve --host 127.0.0.1 --port 8080
 
-test: install
+test: system-test install $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -28,4 +41,4 @@ soak: install
 	$(PY) -m pytest -q -s -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(WHIP_PAGE)/node_modules
