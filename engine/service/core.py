@@ -13,9 +13,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
+from engine.batch import BatchKey
 from engine.frames import PublishedFrame
 from engine.quality import Quality, quality_ladder
 from engine.service.costs import CostModel
@@ -38,10 +40,21 @@ class SessionRefused(ValueError):
     """The request's fault (unknown avatar, unusable image, unknown preset): not the engine's."""
 
 
+class BatchedSession(Protocol):
+    """One engine session as the core drives it (``StreamSession``, ``PuppetSession``); its
+    pipeline runs several of them at once with ``step_batch``."""
+
+    def feed(self, pcm: np.ndarray) -> None: ...
+    def batch_key(self) -> BatchKey | None: ...
+    def set_quality(self, quality: Quality) -> None: ...
+    def silence_from(self, sample: int) -> int: ...
+    def nbytes(self) -> int: ...
+
+
 @dataclass
 class CoreSession:
     id: str
-    stream: object  # StreamSession or PuppetSession: batch_key / step_batch / set_quality / feed
+    stream: BatchedSession
     preset: str
     ladder: tuple[Quality, ...]
     free_slots: deque[int]
@@ -260,7 +273,7 @@ class EngineCore:
         return {sid: int(s.stream.nbytes()) for sid, s in self.sessions.items()}
 
 
-def cost_key(key) -> Hashable:
+def cost_key(key: BatchKey) -> Hashable:
     """What a batch costs depends on its kind, steps, guidance and whether I chunks run (an N
     chunk decodes its frames only without them), not on who is in it."""
     return (key.kind, key.steps, key.guided, key.interp)
