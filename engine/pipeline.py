@@ -156,7 +156,22 @@ class Pipeline(ConfiguredEngine):
         """The same loaded models with I chunks switched on or off (nothing is reloaded)."""
         if interp == self.config.schedule.interp:
             return self
-        pipe = Pipeline(self.config.with_schedule(interp=interp), self.models, self.device, self.steps)
+        return self._sibling(self.config.with_schedule(interp=interp))
+
+    def preset(self, name: str) -> Pipeline:
+        """The same loaded models scheduled as a quality preset: ``quality`` with I chunks at the
+        config's chunk size, ``fast`` without them at ``fast_chunk`` (less audio to wait for)."""
+        if name == "quality":
+            return self.with_interp(True)
+        if name != "fast":
+            raise KeyError(f"unknown preset {name!r}; choose quality or fast")
+        chunk = self.config.fast_chunk or self.config.schedule.chunk
+        if chunk == self.config.schedule.chunk:
+            return self.with_interp(False)
+        return self._sibling(self.config.with_schedule(chunk=chunk, interp=False))
+
+    def _sibling(self, config: EngineConfig) -> Pipeline:
+        pipe = Pipeline(config, self.models, self.device, self.steps)
         pipe.weights_loaded = self.weights_loaded
         pipe._bundled = self._bundled  # same models, same reference encodings
         return pipe

@@ -74,6 +74,12 @@ class PuppetPipeline(ConfiguredEngine):
         """The puppet has no I chunks: the same pipeline either way."""
         return self
 
+    def preset(self, name: str) -> PuppetPipeline:
+        """The puppet draws every preset the same way."""
+        if name not in ("quality", "fast"):
+            raise KeyError(f"unknown preset {name!r}; choose quality or fast")
+        return self
+
     def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,
                      seed: int = 0) -> PuppetSession:
         """A session drawing ``avatar`` (a bundled name, or an ``Identity`` such as the held-out

@@ -80,6 +80,8 @@ class EngineStream:
         self.quality_events: asyncio.Queue[QualityEvent] = asyncio.Queue(64)
         self.quality_level = 0
         self.quality_name = ""
+        self.frames_per_chunk = info.frames_per_chunk  # of this session's preset
+        self.first_chunk_samples = info.first_chunk_samples
         self.error: EngineError | None = None
         self.lost = asyncio.Event()
         self.closed = False

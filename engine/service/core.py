@@ -55,6 +55,7 @@ class BatchedSession(Protocol):
 class CoreSession:
     id: str
     stream: BatchedSession
+    pipe: object  # the preset's pipeline: its step_batch runs this session's batches
     preset: str
     ladder: tuple[Quality, ...]
     free_slots: deque[int]
@@ -75,10 +76,9 @@ class StepOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # session -> message
 
 
-def presets_of(steps: int, interp: bool, guided: bool) -> dict[str, tuple[Quality, ...]]:
-    """``quality`` walks the whole ladder; ``fast`` starts with I chunks already off."""
-    full = quality_ladder(steps, interp, guided)
-    return {"quality": full, "fast": tuple(q for q in full if not q.interp) or full}
+def presets_of(steps: int, guided: bool) -> dict[str, tuple[Quality, ...]]:
+    """``quality`` walks the whole ladder; ``fast`` has no I chunks to give up."""
+    return {"quality": quality_ladder(steps, True, guided), "fast": quality_ladder(steps, False, guided)}
 
 
 class EngineCore:
@@ -87,6 +87,7 @@ class EngineCore:
                  slot_frames: int | None = None, default_preset: str = "fast",
                  capacity_margin: float = 0.2) -> None:
         self.pipe = pipeline
+        self.pipes = {name: pipeline.preset(name) for name in ("quality", "fast")}
         self.info = info
         self.clock = clock
         self.costs = costs or CostModel(prior_s=0.2)
@@ -95,7 +96,7 @@ class EngineCore:
         cfg = pipeline.config
         guided = cfg.audio_guidance != 1.0
         steps = max(1, getattr(pipeline, "steps", 0) or 1)
-        self.presets = presets_of(steps, True, guided)
+        self.presets = presets_of(steps, guided)
         if default_preset not in self.presets:
             raise ValueError(f"unknown preset {default_preset!r}")
         self.default_preset = default_preset
@@ -117,11 +118,12 @@ class EngineCore:
         if slot_count < self.step_frames:
             raise SessionRefused(f"{slot_count} frame slots cannot hold one step ({self.step_frames} frames)")
         try:
-            stream = self.pipe.open_session(avatar=spec.avatar, image=spec.image, seed=spec.seed)
+            pipe = self.pipes[spec.preset]
+            stream = pipe.open_session(avatar=spec.avatar, image=spec.image, seed=spec.seed)
         except (KeyError, ValueError) as exc:
             raise SessionRefused(str(exc).strip("'\"")) from None
         ladder = self.presets[spec.preset]
-        session = CoreSession(sid, stream, spec.preset, ladder, deque(range(slot_count)), opened_at=self.clock())
+        session = CoreSession(sid, stream, pipe, spec.preset, ladder, deque(range(slot_count)), opened_at=self.clock())
         stream.set_quality(ladder[0])
         self.sessions[sid] = session
         self.quality.add(sid, len(ladder))
@@ -204,7 +206,7 @@ class EngineCore:
         members = [self.sessions[name] for name in names]
         t0 = time.perf_counter()
         try:
-            result = self.pipe.step_batch([s.stream for s in members])
+            result = members[0].pipe.step_batch([s.stream for s in members])
         except Exception as exc:  # one bad batch fails its own sessions, not the worker
             message = f"{exc.__class__.__name__}: {exc}"
             for s in members:
@@ -248,21 +250,27 @@ class EngineCore:
     def work_per_period(self, preset: str | None = None) -> tuple[Hashable, ...]:
         """The cost keys one session of ``preset`` (default: the worker's) at its best quality
         needs every chunk period."""
-        steps = getattr(self.pipe, "steps", 0)
+        pipe = self.pipes[preset or self.default_preset]
+        steps = getattr(pipe, "steps", 0)
         if not steps:  # a procedural engine: one drawing per chunk, nothing to denoise
-            return (("N", 0, False, False),)
+            return (("N", 0, False, False, 0),)
         q = self.presets[preset or self.default_preset][0]
-        guided = q.guidance and self.pipe.config.audio_guidance != 1.0
-        work = [("N", q.steps or steps, guided, q.interp)]
+        schedule, cfg = pipe.config.schedule, pipe.config
+        guided = q.guidance and cfg.audio_guidance != 1.0
+        work = [("N", q.steps or steps, guided, q.interp, schedule.chunk)]
         if q.interp:
-            work.append(("I", min(steps, self.pipe.config.interp_steps), False, True))
+            work.append(("I", min(steps, cfg.interp_steps), False, True, 2 * (schedule.seam + schedule.anchor)))
         return tuple(work)
+
+    def period_s(self, preset: str | None = None) -> float:
+        """Media time one N chunk of ``preset`` adds."""
+        return self.pipes[preset or self.default_preset].frames_per_chunk / self.info.fps
 
     def capacity(self) -> int:
         """More sessions of the default preset this worker can hold in real time at their best
         quality (never negative)."""
-        period = self.info.frames_per_chunk / self.info.fps
-        total = sessions_in_real_time(self.costs, self.work_per_period(), period, margin=self.capacity_margin)
+        total = sessions_in_real_time(self.costs, self.work_per_period(), self.period_s(),
+                                      margin=self.capacity_margin)
         return max(0, total - len(self.sessions))
 
     @property
@@ -274,6 +282,6 @@ class EngineCore:
 
 
 def cost_key(key: BatchKey) -> Hashable:
-    """What a batch costs depends on its kind, steps, guidance and whether I chunks run (an N
-    chunk decodes its frames only without them), not on who is in it."""
-    return (key.kind, key.steps, key.guided, key.interp)
+    """What a batch costs depends on its kind, steps, guidance, whether I chunks run (an N chunk
+    decodes its frames only without them) and its span, not on who is in it."""
+    return (key.kind, key.steps, key.guided, key.interp, key.span)

@@ -116,6 +116,8 @@ class SessionOpened:
     error: str | None = None  # set when the session could not be opened (the request's fault)
     quality_level: int = 0
     quality_name: str = ""
+    frames_per_chunk: int = 0  # of this session's preset
+    first_chunk_samples: int = 0  # audio its first chunk needs before it can run
 
 
 @dataclass(frozen=True)

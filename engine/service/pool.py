@@ -192,6 +192,8 @@ class WorkerLink:
             raise EngineError("bad_request", opened.error)
         stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
         stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
+        stream.frames_per_chunk = opened.frames_per_chunk or info.frames_per_chunk
+        stream.first_chunk_samples = opened.first_chunk_samples or info.first_chunk_samples
         self.streams[sid] = stream
         return stream
 

@@ -74,21 +74,30 @@ class WorkerOptions:
         return replace(self, device=device)
 
 
-def describe(pipe) -> EngineInfo:
+def step_frames(pipe) -> int:
+    """Video frames one step of ``pipe`` publishes at most: a chunk, a held seam, the first frame."""
+    return pipe.frames_per_chunk + pipe.config.schedule.seam * pipe.config.vae.temporal_down + 1
+
+
+def describe(pipe, preset: str = "fast") -> EngineInfo:
+    """The engine as the web process sees it; chunk figures are the ``preset``'s (each session
+    learns its own when it opens), the frame credit is enough for any preset."""
     from engine.avatars import DEFAULT_AVATAR, avatar_names
 
+    presets = ("quality", "fast")
+    chosen = pipe.preset(preset)
     return EngineInfo(
         config=pipe.config.name,
         fps=pipe.fps,
         sample_rate=pipe.sample_rate,
         frame_size=tuple(pipe.frame_size),
         accepts_images=bool(pipe.accepts_images),
-        presets=("quality", "fast"),
+        presets=presets,
         avatars=tuple(avatar_names()),
         default_avatar=DEFAULT_AVATAR,
-        frames_per_chunk=pipe.frames_per_chunk,
-        step_frames=pipe.frames_per_chunk + pipe.config.schedule.seam * pipe.config.vae.temporal_down + 1,
-        first_chunk_samples=pipe.first_chunk_samples,
+        frames_per_chunk=chosen.frames_per_chunk,
+        step_frames=max(step_frames(pipe.preset(name)) for name in presets),
+        first_chunk_samples=chosen.first_chunk_samples,
     )
 
 
@@ -107,7 +116,7 @@ def core_from(pipe, options: WorkerOptions, costs=None):
     from engine.pipeline import warm_up
     from engine.service.core import EngineCore
 
-    core = EngineCore(pipe, describe(pipe), costs=costs, max_batch=options.max_batch,
+    core = EngineCore(pipe, describe(pipe, options.default_preset), costs=costs, max_batch=options.max_batch,
                       default_preset=options.default_preset, capacity_margin=options.margin)
     if options.warm_up:
         t0 = time.perf_counter()
@@ -229,7 +238,8 @@ class Worker:
             self.conn.send(SessionOpened(msg.session, str(exc)))
             return
         self.slots[msg.session] = slots
-        self.conn.send(SessionOpened(msg.session, None, session.level, session.ladder[session.level].name))
+        self.conn.send(SessionOpened(msg.session, None, session.level, session.ladder[session.level].name,
+                                     session.pipe.frames_per_chunk, session.pipe.first_chunk_samples))
 
     def _close(self, name: str) -> None:
         self.core.close(name)

@@ -118,7 +118,7 @@ class Engine:
 
     async def open(self, preset: str, avatar: str | None, image: np.ndarray | None, seed: int,
                    name: str) -> EngineLink:
-        """A session on the worker with the most free capacity; :class:`EngineError` if none can take it."""
+        """A session on the least loaded worker; :class:`EngineError` if none can take it."""
         stream = await self.client.open(SessionSpec(avatar=avatar, image=image, seed=seed, preset=preset), name)
         return EngineLink(stream, preset, name)
 
@@ -172,7 +172,7 @@ class EngineLink:
         stream = self.stream
         while True:
             frames = [await stream.next_frame()]
-            while stream.pending() and len(frames) < self.info.frames_per_chunk:
+            while stream.pending() and len(frames) < stream.frames_per_chunk:
                 frames.append(await stream.next_frame())
             sink.on_generated(frames)
             await sink.put(frames)

@@ -143,7 +143,7 @@ class AvatarSession:
     def start_engine(self) -> None:
         """Prefill silence so the engine computes the first chunk now, before the browser's offer,
         then take its frames for the session's life."""
-        self.link.prefill(self.feeder.prefill(self.link.info.first_chunk_samples).samples)
+        self.link.prefill(self.feeder.prefill(self.link.stream.first_chunk_samples).samples)
         self.liveness.engine_started_at = time.monotonic()
         self.engine_started.set()
         self._spawn(self._take_frames(), "engine-frames")
