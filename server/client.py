@@ -35,6 +35,7 @@ from server.api.protocol import (
     ServerEvent,
     SessionCreated,
     UserSpeechStopped,
+    control_subprotocols,
     server_event,
 )
 
@@ -116,8 +117,8 @@ class AvatarSession:
 
     async def connect(self) -> None:
         """Open the control socket; events start arriving (``session.ready`` once a viewer is connected)."""
-        url = "ws" + self.base_url[len("http"):] + f"/v1/sessions/{self.id}/control?token={quote(self.token)}"
-        self._ws = await websockets.connect(url, max_size=2**24)
+        url = "ws" + self.base_url[len("http"):] + f"/v1/sessions/{self.id}/control"
+        self._ws = await websockets.connect(url, max_size=2**24, subprotocols=control_subprotocols(self.token))
         self._reader = asyncio.create_task(self._read(), name=f"avatar-client-{self.id}")
 
     async def connect_media(self, mic=None, ice_servers: list | None = None):
@@ -183,8 +184,9 @@ class AvatarSession:
 
     @property
     def viewer_url(self) -> str:
-        """The demo page attached to this session as a viewer (video, voice, events; the agent keeps control)."""
-        return f"{self.base_url}/?session={self.id}&token={quote(self.token)}"
+        """The demo page attached to this session as a viewer (video, voice, events; the agent keeps control).
+        The token is in the fragment, which browsers never send to the server."""
+        return f"{self.base_url}/#session={self.id}&token={quote(self.token)}"
 
     # ---- commands -----------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from server.api.errors import ApiError, ControlError
 from server.api.metrics import ServerMetrics
 from server.api.protocol import (
+    CONTROL_SUBPROTOCOL,
+    TOKEN_SUBPROTOCOL,
     AudioAppend,
     AudioCommit,
     ClientMessage,
@@ -52,9 +54,10 @@ async def serve_control(
     metrics: ServerMetrics,
     role: str = "control",
 ) -> None:
-    await ws.accept()
+    offered = ws.scope.get("subprotocols") or []
+    await ws.accept(subprotocol=CONTROL_SUBPROTOCOL if CONTROL_SUBPROTOCOL in offered else None)
     try:
-        session = manager.get(session_id, token)
+        session = manager.get(session_id, subprotocol_token(offered) or token)
     except ApiError as exc:
         await _refuse(ws, exc.code, exc.message, close_code(exc.status))
         return
@@ -76,6 +79,14 @@ async def serve_control(
         await ControlConnection(ws, session, manager.settings.max_control_bytes, metrics).run()
     finally:
         session.control_attached = False
+
+
+def subprotocol_token(offered: list[str]) -> str | None:
+    """The session token a client sent as the ``avatar.token.<token>`` subprotocol, if it did."""
+    for protocol in offered:
+        if protocol.startswith(TOKEN_SUBPROTOCOL):
+            return protocol[len(TOKEN_SUBPROTOCOL):] or None
+    return None
 
 
 async def _refuse(ws: WebSocket, code: str, message: str, close: int) -> None:

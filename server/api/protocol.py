@@ -18,6 +18,14 @@ from server.config import IceServer, Mode
 
 MIN_RATE, MAX_RATE = 8_000, 96_000
 Voice = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$")]
+# The control socket's subprotocols: a client offers both, the server selects the first. The
+# session token rides in the second, so it never appears in a URL (nor in an access log).
+CONTROL_SUBPROTOCOL = "avatar.v1"
+TOKEN_SUBPROTOCOL = "avatar.token."
+
+
+def control_subprotocols(token: str) -> list[str]:
+    return [CONTROL_SUBPROTOCOL, TOKEN_SUBPROTOCOL + token]
 
 
 class _Message(BaseModel):

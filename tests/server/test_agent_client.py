@@ -46,7 +46,7 @@ async def test_client_round_trip(monkeypatch):
     async with running_server(make_settings(), config="micro") as srv:
         avatar = await AvatarSession.create(srv.url, barge_in=False, on_user_speech=lambda pcm, rate: heard.append(
             (pcm, rate)))
-        assert avatar.viewer_url.startswith(f"{srv.url}/?session={avatar.id}&token=")
+        assert avatar.viewer_url.startswith(f"{srv.url}/#session={avatar.id}&token=")
         seen: list = []
 
         async def watch():
