@@ -1,0 +1,272 @@
+"""Mouth-to-screen latency through ``avatar serve`` in its own process, with an aiortc client on loopback.
+
+Mirror mode: the client's microphone plays speech bursts between silences; agent mode: the
+client pushes the same bursts with ``audio.append`` after idle, says a sentence with ``speak``,
+and interrupts a long utterance. Each latency runs from the first audio of a burst (sent, or
+pushed) to the half-rise of the mouth's openness in the frames the client receives, read by the
+evaluation's openness probe; the interrupt from ``interrupt`` to the mouth closed and staying
+closed. Prints each figure's median and range, and the latency budget with each term measured.
+
+    python bench/latency.py [--bursts 5] [--config tiny] [--threads 2] [--quality fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import statistics
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project before tests/engine, a folder of the same name
+
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription  # noqa: E402
+from aiortc.mediastreams import MediaStreamError  # noqa: E402
+from server_helpers import spawned_server, speech_pcm16  # noqa: E402
+
+from engine.avatars import avatar_image  # noqa: E402
+from engine.eval.probe import load_probe, measure_openness  # noqa: E402
+
+RATE = 16_000
+BURST_S, GAP_S = 1.6, 4.0  # gaps longer than any latency: each burst's response stands alone
+PACKET = RATE // 50
+
+
+class BurstMic(MediaStreamTrack):
+    """A microphone that is silent except for the bursts :meth:`speak` schedules; it records when
+    each burst's first packet left."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[np.ndarray] = []
+        self._current = np.zeros(0, np.int16)
+        self._n = 0
+        self._start: float | None = None
+        self.onsets: list[float] = []
+
+    def speak(self, pcm: np.ndarray) -> None:
+        self._pending.append(pcm)
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.monotonic()
+        delay = self._start + self._n * 0.02 - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if not self._current.size and self._pending:
+            self._current = self._pending.pop(0)
+            self.onsets.append(time.monotonic())
+        chunk, self._current = self._current[:PACKET], self._current[PACKET:]
+        chunk = np.pad(chunk, (0, PACKET - chunk.size))
+        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = RATE, self._n * PACKET, Fraction(1, RATE)
+        self._n += 1
+        return frame
+
+
+class Viewer:
+    """The received video: (arrival, rgb) per frame."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[float, np.ndarray]] = []
+
+    async def run(self, track) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            if track.kind == "video":
+                self.frames.append((time.monotonic(), frame.to_ndarray(format="rgb24")))
+
+
+def half_rise(times: np.ndarray, openness: np.ndarray, t0: float, window_s: float = 3.0) -> float | None:
+    """Seconds from ``t0`` to the first frame at least halfway from the idle level before ``t0``
+    to the peak in the window after it."""
+    before = openness[(times >= t0 - 1.0) & (times < t0)]
+    after_mask = (times >= t0) & (times < t0 + window_s)
+    if before.size < 5 or not after_mask.any():
+        return None
+    idle, peak = float(np.median(before)), float(np.percentile(openness[after_mask], 95))
+    if peak - idle < 0.1:
+        return None
+    above = np.nonzero(after_mask & (openness >= idle + 0.5 * (peak - idle)))[0]
+    return float(times[above[0]] - t0) if above.size else None
+
+
+def closed_after(times: np.ndarray, openness: np.ndarray, t0: float, level: float, hold_s: float = 0.5) -> float | None:
+    """Seconds from ``t0`` until the openness stays below ``level`` for ``hold_s``."""
+    for i in np.nonzero(times >= t0)[0]:
+        stretch = (times >= times[i]) & (times < times[i] + hold_s)
+        if np.all(openness[stretch] < level):
+            return float(times[i] - t0)
+    return None
+
+
+def burst_pcm() -> np.ndarray:
+    speech = speech_pcm16(RATE)
+    voiced = np.nonzero(np.abs(speech) > 0.05 * 32768)[0]
+    start = int(voiced[0]) if voiced.size else 0
+    return speech[start:start + int(BURST_S * RATE)]
+
+
+async def session(srv, mode: str, quality: str, mic: MediaStreamTrack | None):
+    res = await srv.http.post("/v1/sessions", json={"mode": mode, "quality": quality})
+    res.raise_for_status()
+    s = res.json()
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    if mic is not None:
+        pc.addTrack(mic)
+    else:
+        pc.addTransceiver("audio", direction="recvonly")
+    pc.addTransceiver("video", direction="recvonly")
+    viewer = Viewer()
+    pc.on("track", lambda track: asyncio.ensure_future(viewer.run(track)))
+    await pc.setLocalDescription(await pc.createOffer())
+    answer = await srv.http.post(f"/v1/sessions/{s['session_id']}/offer",
+                                 headers={"Authorization": f"Bearer {s['token']}"},
+                                 json={"sdp": pc.localDescription.sdp, "type": "offer"})
+    answer.raise_for_status()
+    await pc.setRemoteDescription(RTCSessionDescription(**answer.json()))
+    import websockets
+
+    ws = await websockets.connect(f"{srv.ws_url}/v1/sessions/{s['session_id']}/control?token={s['token']}",
+                                  max_size=2**24)
+    return s, pc, viewer, ws
+
+
+async def close(srv, s: dict, pc, ws) -> None:
+    await srv.http.delete(f"/v1/sessions/{s['session_id']}", headers={"Authorization": f"Bearer {s['token']}"})
+    await pc.close()
+    await ws.close()
+
+
+def openness_of(viewer: Viewer, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    times = np.array([t for t, _ in viewer.frames])
+    return times, measure_openness(np.stack([rgb for _, rgb in viewer.frames]), reference)
+
+
+async def events_until(ws, kinds: set[str], out: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        event = json.loads(await ws.recv())
+        out.append((time.monotonic(), event))
+
+
+async def mirror(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
+    mic = BurstMic()
+    s, pc, viewer, ws = await session(srv, "mirror", quality, mic)
+    pcm = burst_pcm()
+    await asyncio.sleep(4.0)
+    for _ in range(bursts):
+        mic.speak(pcm)
+        await asyncio.sleep(BURST_S + GAP_S)
+    await asyncio.sleep(1.0)
+    metrics = [json.loads(m) for m in await drain(ws)]
+    await close(srv, s, pc, ws)
+    times, opened = openness_of(viewer, reference)
+    lat = [half_rise(times, opened, t) for t in mic.onsets]
+    delays = [m["playout_delay_ms"] for m in metrics if m.get("type") == "metrics"]
+    return {"mouth_to_screen_s": [x for x in lat if x is not None], "playout_delay_ms": delays[-1] if delays else None}
+
+
+async def drain(ws, wait_s: float = 0.2) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(await asyncio.wait_for(ws.recv(), wait_s))
+        except (TimeoutError, Exception):
+            return out
+
+
+async def agent(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
+    s, pc, viewer, ws = await session(srv, "agent", quality, None)
+    events: list = []
+    stop = asyncio.Event()
+    reader = asyncio.create_task(events_until(ws, set(), events, stop))
+    pcm = burst_pcm()
+    await asyncio.sleep(4.0)
+    pushed = []
+    for i in range(bursts):
+        pushed.append(time.monotonic())
+        await ws.send(json.dumps({"type": "audio.append", "sample_rate": RATE, "utterance_id": f"b{i}",
+                                  "audio": base64.b64encode(pcm.tobytes()).decode()}))
+        await ws.send(json.dumps({"type": "audio.commit"}))
+        await asyncio.sleep(BURST_S + GAP_S)
+    t_speak = time.monotonic()
+    await ws.send(json.dumps({"type": "speak", "text": "Hello there, I am the avatar.", "utterance_id": "hello"}))
+    await asyncio.sleep(4.0)
+    long = np.tile(pcm, 4)
+    await ws.send(json.dumps({"type": "audio.append", "sample_rate": RATE, "utterance_id": "long",
+                              "audio": base64.b64encode(long.tobytes()).decode()}))
+    await ws.send(json.dumps({"type": "audio.commit"}))
+    await asyncio.sleep(1.0 + 0.7)
+    t_interrupt = time.monotonic()
+    await ws.send(json.dumps({"type": "interrupt"}))
+    await asyncio.sleep(3.0)
+    stop.set()
+    reader.cancel()
+    await close(srv, s, pc, ws)
+    times, opened = openness_of(viewer, reference)
+    lat = [half_rise(times, opened, t) for t in pushed]
+    started = [t for t, e in events if e.get("type") == "playback.started" and e.get("utterance_id") == "hello"]
+    idle = float(np.median(opened[(times >= t_speak - 3.0) & (times < t_speak - 0.5)]))
+    peak = float(np.percentile(opened[(times >= t_interrupt - 1.0) & (times < t_interrupt)], 95))
+    closed = closed_after(times, opened, t_interrupt, idle + 0.25 * (peak - idle))
+    return {"append_to_mouth_s": [x for x in lat if x is not None],
+            "speak_to_started_s": (started[0] - t_speak) if started else None,
+            "interrupt_to_closed_s": closed}
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):.2f} s (range {min(values):.2f}-{max(values):.2f}, n={len(values)})"
+
+
+async def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bursts", type=int, default=5)
+    p.add_argument("--config", default="tiny")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quality", default="fast", choices=["fast", "quality"])
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    import aioice.ice
+
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+    load_probe()
+    async with spawned_server(args.config, threads=args.threads, max_sessions=2, startup_s=180) as srv:
+        info = (await srv.http.get("/v1/info")).json()
+        reference = avatar_image(info["avatars"][0], (info["height"], info["width"]))
+        m = await mirror(srv, args.quality, args.bursts, reference)
+        a = await agent(srv, args.quality, args.bursts, reference)
+        engine = (await srv.http.get("/v1/engine")).json()["workers"][0]
+    chunk_ms = sum(engine["chunk_ms"].values())
+    print(f"{args.config} / {args.quality}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback")
+    print(f"mirror mouth-to-screen        {fmt(m['mouth_to_screen_s'])}")
+    print(f"agent audio.append -> mouth   {fmt(a['append_to_mouth_s'])}")
+    speak = a["speak_to_started_s"]
+    print(f"speak -> playback.started     {'n/a' if speak is None else f'{speak:.2f} s'}")
+    closed = a["interrupt_to_closed_s"]
+    print(f"interrupt -> mouth closed     {'n/a' if closed is None else f'{closed:.2f} s'}")
+    print(f"budget: engine compute per chunk and session {chunk_ms:.0f} ms (stages {engine['chunk_ms']}), "
+          f"playout delay {m['playout_delay_ms']} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"mirror": m, "agent": a, "engine": engine}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
