@@ -10,8 +10,9 @@ Per-frame timesteps let clean anchor frames sit beside noisy ones in one chunk.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +86,59 @@ class AttnContext:
     base: int
 
 
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+                     torch.Tensor]
+
+
+class TokenShard:
+    """Which tokens of each latent frame this process computes, and how their self-attention
+    reaches the others. On one device that is every token and plain attention; sequence
+    parallelism (``engine.parallel.sequence``) puts one rank's share of each frame here, so
+    the DiT's code is the same on one device and on many."""
+
+    def local_count(self, per_frame: int) -> int:
+        """Tokens of each frame held here."""
+        return per_frame
+
+    def local(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, F, T, ...) every token of each frame -> (B, F, local_count, ...) the ones held here."""
+        return tokens
+
+    def gather(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, F, local_count, ...) -> (B, F, T, ...) every token, on every process."""
+        return tokens
+
+    def positions(self, frames: int, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Frame offset, row and column of each token held here, for ``frames`` frames."""
+        return token_grid(frames, height, width)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx_k: torch.Tensor | None,
+               ctx_v: torch.Tensor | None) -> torch.Tensor:
+        """Roped (B, H, N, hd) queries, keys and values of the tokens held here, with the roped
+        context (B, H, Nc, hd) from :meth:`context` -> (B, H, N, hd)."""
+        if ctx_k is not None:
+            k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def context(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Roped context keys and un-roped values (layers, B, N, H, hd) of the tokens held here
+        -> the (layers, B, H, Nc, hd) that :meth:`attend` takes."""
+        return k.transpose(2, 3).contiguous(), v.transpose(2, 3).contiguous()
+
+
+ONE_DEVICE = TokenShard()
+
+
+class Trunk(Protocol):
+    """Runs the blocks and the output layer, where a DiT's blocks are spread over devices
+    (``engine.parallel.pipeline_stages``): embedded tokens -> output tokens and the K/V of the
+    blocks held here."""
+
+    def __call__(self, dit: A2VDiT, x: torch.Tensor, mod: torch.Tensor, emb: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, ctx: AttnContext | None,
+                 audio: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     half = dim // 2
     freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
@@ -133,16 +187,14 @@ class Block(nn.Module):
         ctx_k: torch.Tensor | None,  # (B, H, Nc, hd) roped
         ctx_v: torch.Tensor | None,
         audio: torch.Tensor | None,  # (B, F, A, Da)
+        attend: Attention = ONE_DEVICE.attend,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, f, t, d = x.shape
         shift1, scale1, gate1, shift2, scale2, gate2 = (mod + self.mod).unsqueeze(3).unbind(2)
         h = (self.norm1(x) * (1 + scale1) + shift1).reshape(b, f * t, d)
         q, k, v = self.qkv_heads(h)
         qr, kr = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
-        vv = v.transpose(1, 2)
-        if ctx_k is not None:
-            kr, vv = torch.cat([ctx_k, kr], dim=2), torch.cat([ctx_v, vv], dim=2)
-        att = F.scaled_dot_product_attention(qr, kr, vv).transpose(1, 2).reshape(b, f, t, d)
+        att = attend(qr, kr, v.transpose(1, 2), ctx_k, ctx_v).transpose(1, 2).reshape(b, f, t, d)
         x = x + gate1 * self.proj(att)
         if audio is not None:
             hd = d // self.heads
@@ -180,6 +232,10 @@ class A2VDiT(Module):
         self.time_slots = c.window + 1 + max(s.chunk, 2 * (s.seam + s.anchor))
         self.rope = RopeTables.build(d // c.heads, self.time_slots, *self.grid, c.rope_theta)
         self._rope_on: dict[str, RopeTables] = {}
+        # Where the work is spread over devices (engine.parallel): this process's tokens of
+        # each frame, and what runs the blocks. One device: every token, every block here.
+        self.shard: TokenShard = ONE_DEVICE
+        self.trunk: Trunk | None = None
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
 
@@ -210,9 +266,10 @@ class A2VDiT(Module):
         return self._rope_on[key]
 
     def _rope(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-frame slots (F,) -> cos/sin for each token of those frames."""
-        f, y, x = token_grid(len(slots), *self.grid)
-        return self.rope_tables().lookup(slots[f].to(self.device), y.to(self.device), x.to(self.device))
+        """Per-frame slots (F,) -> cos/sin for each token held here of those frames. Positions stay
+        on the host: the table lookup checks their range there, without waiting on the device."""
+        f, y, x = self.shard.positions(len(slots), *self.grid)
+        return self.rope_tables().lookup(slots[f], y, x)
 
     def _modulation(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         emb = self.time_mlp(timestep_embedding(t, 256).to(self.dtype))
@@ -230,20 +287,34 @@ class A2VDiT(Module):
         mod, emb = self._modulation(t)
         cos, sin = self._rope(slots)
         audio = audio.to(self.dtype) if audio is not None else None
+        if self.trunk is not None:
+            return self.trunk(self, x, mod, emb, cos, sin, ctx, audio)
+        x, k, v = self.run_blocks(range(len(self.blocks)), x, mod, cos, sin, ctx, audio)
+        return self.final(x, emb), k, v
+
+    def run_blocks(
+        self, blocks: Sequence[int], x: torch.Tensor, mod: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+        ctx: AttnContext | None, audio: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Blocks ``blocks`` in order; ``ctx`` holds their layers in the same order. -> tokens and
+        the un-roped K, V (len(blocks), B, N, heads, head_dim) of these tokens."""
         ks, vs = [], []
-        for i, block in enumerate(self.blocks):
-            ck = ctx.k[i] if ctx is not None else None
-            cv = ctx.v[i] if ctx is not None else None
-            x, k, v = block(x, mod, cos, sin, ck, cv, audio)
+        for j, i in enumerate(blocks):
+            ck = ctx.k[j] if ctx is not None else None
+            cv = ctx.v[j] if ctx is not None else None
+            x, k, v = self.blocks[i](x, mod, cos, sin, ck, cv, audio, self.shard.attend)
             ks.append(k)
             vs.append(v)
+        return x, torch.stack(ks), torch.stack(vs)
+
+    def final(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """The output layer: tokens (B, F, T, D) -> (B, F, T, in_dim)."""
         shift, scale = self.final_mod(emb).unsqueeze(2).chunk(2, dim=-1)
-        out = self.out(self.final_norm(x) * (1 + scale) + shift)
-        return out, torch.stack(ks), torch.stack(vs)
+        return self.out(self.final_norm(x) * (1 + scale) + shift)
 
     def encode_reference(self, ref_lr: torch.Tensor) -> KVBlock:
         """Reference latent (B, c, h, w) -> its K/V for every layer (kept for the whole session)."""
-        tokens = self.patchify(ref_lr[:, None])
+        tokens = self.shard.local(self.patchify(ref_lr[:, None]))
         t = torch.zeros(ref_lr.shape[0], 1, device=self.device)
         _, k, v = self._run(tokens, t, torch.zeros(1, dtype=torch.long), None, None, reference=True)
         return KVBlock(k, v, torch.full((tokens.shape[2],), -1, dtype=torch.long))
@@ -256,12 +327,12 @@ class A2VDiT(Module):
         slots = torch.where(kv.frame < 0, torch.zeros_like(kv.frame), kv.frame - base)
         if history is not None and history.frame.numel() and int(history.frame.min()) <= base:
             raise ValueError("history frames fall outside the attention window")
-        _, y, x = token_grid(kv.frame.numel() // self.tokens_per_frame, *self.grid)
-        dev = self.device
-        cos, sin = self.rope_tables().lookup(slots.to(dev), y.to(dev), x.to(dev))
+        _, y, x = self.shard.positions(kv.frame.numel() // self.shard.local_count(self.tokens_per_frame), *self.grid)
+        cos, sin = self.rope_tables().lookup(slots, y, x)
         layers, b, nc, h, hd = kv.k.shape
         k = apply_rope(kv.k.reshape(layers * b, nc, h, hd), cos, sin).reshape(layers, b, nc, h, hd)
-        return AttnContext(k=k.transpose(2, 3).contiguous(), v=kv.v.transpose(2, 3).contiguous(), base=base)
+        k, v = self.shard.context(k, kv.v)
+        return AttnContext(k=k, v=v, base=base)
 
     def forward(
         self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor, span_start: int, ctx: AttnContext,
@@ -269,6 +340,6 @@ class A2VDiT(Module):
         """x (B, F, c, h, w) latents at per-frame noise level t (B, F) -> velocity and this chunk's K/V."""
         f = x.shape[1]
         slots = torch.arange(f) + span_start - ctx.base
-        out, k, v = self._run(self.patchify(x), t, slots, ctx, audio)
-        frame = (torch.arange(f) + span_start).repeat_interleave(self.tokens_per_frame)
-        return self.unpatchify(out.float()), KVBlock(k, v, frame)
+        out, k, v = self._run(self.shard.local(self.patchify(x)), t, slots, ctx, audio)
+        frame = (torch.arange(f) + span_start).repeat_interleave(self.shard.local_count(self.tokens_per_frame))
+        return self.unpatchify(self.shard.gather(out).float()), KVBlock(k, v, frame)
