@@ -193,6 +193,15 @@ CONFIGS: dict[str, EngineConfig] = {
     # chunks; it has no model, so the VAE/DiT/sampler fields are unused.
     PUPPET: EngineConfig(name=PUPPET, schedule=ScheduleConfig(interp=False)),
 }
+# Shaped like a 14B video DiT (5120 wide, 40 blocks of 40 heads, FFN 13824; audio tokens as wide:
+# 14.3B parameters), around large's autoencoder and schedule. It exists to exercise sharding over
+# several GPUs (avatar bench --shard N): no weights, and never built whole on a CPU.
+CONFIGS["xl"] = CONFIGS["large"].replace(
+    name="xl",
+    dit=DiTConfig(width=5120, depth=40, heads=40, patch=1, lr_factor=2, mlp_ratio=13824 / 5120, audio_tokens=16,
+                  window=3),
+    audio=AudioConfig(width=5120),
+)
 
 
 class ConfiguredEngine:

@@ -171,7 +171,7 @@ class Pipeline(ConfiguredEngine):
         return self._sibling(self.config.with_schedule(chunk=chunk, interp=False))
 
     def _sibling(self, config: EngineConfig) -> Pipeline:
-        pipe = Pipeline(config, self.models, self.device, self.steps)
+        pipe = type(self)(config, self.models, self.device, self.steps)  # a subclass's siblings are its own kind
         pipe.weights_loaded = self.weights_loaded
         pipe._bundled = self._bundled  # same models, same reference encodings
         return pipe
