@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.parallel.plan import ParallelPlan
 from engine.service.messages import (
     CloseSession,
     EngineInfo,
@@ -69,6 +70,8 @@ class WorkerOptions:
             return self.capacity_margin
         return 0.35 if self.device == "cpu" else 0.2
     fault: str | None = None  # tests: "hang" stops making progress after the first batch
+    # One engine over several devices (engine.parallel): its ranks are this worker's subprocesses.
+    parallel: ParallelPlan | None = None
 
     def on_device(self, device: str) -> WorkerOptions:
         return replace(self, device=device)
@@ -105,9 +108,25 @@ def load_core(options: WorkerOptions):
     """Load the pipeline the options name: a ready EngineCore (see :func:`core_from`)."""
     from engine.pipeline import Pipeline
 
-    pipe = Pipeline.from_config(options.config, device=options.device, threads=options.threads,
-                                guidance=options.guidance, weights=options.weights)
-    return core_from(pipe, options)
+    build = dict(device=options.device, threads=options.threads, guidance=options.guidance, weights=options.weights)
+    if options.parallel is not None and not options.parallel.single:
+        from engine.parallel.build import build_pipeline
+
+        pipe = build_pipeline(options.parallel, name=options.config, **build)
+    else:
+        pipe = Pipeline.from_config(options.config, **build)
+    try:
+        return core_from(pipe, options)
+    except BaseException:
+        close_engine(pipe)
+        raise
+
+
+def close_engine(pipe) -> None:
+    """End what the engine holds beyond this process (the ranks of a multi-device engine)."""
+    close = getattr(pipe, "close", None)
+    if close is not None:
+        close()
 
 
 def core_from(pipe, options: WorkerOptions, costs=None):
@@ -178,6 +197,10 @@ class Worker:
 
     def run(self) -> None:
         threading.Thread(target=self._receive, name="worker-inbox", daemon=True).start()
+        # An engine over several ranks raises RanksLost here once one has ended: the worker ends
+        # with it (before a batch that failed for that reason is reported), so its sessions get
+        # engine_lost and the pool starts a replacement.
+        ranks_alive = getattr(self.core.pipe, "check", lambda: None)
         while self.running:
             self._drain(block=not self.core.due())
             if not self.running:
@@ -186,6 +209,7 @@ class Worker:
                 time.sleep(0.05)
             else:
                 outcome = self.core.step()
+                ranks_alive()
                 if outcome is not None:
                     self._publish(outcome)
             self.report()
@@ -297,9 +321,12 @@ def serve(conn, options: WorkerOptions, load=None) -> None:
         conn.send(WorkerFailed(f"{exc.__class__.__name__}: {exc}"))
         return
     worker = Worker(conn, core, options)
-    worker.report(force=True)  # the capacity figure is there by the time the worker is ready
-    conn.send(WorkerReady(os.getpid(), options.device, core.info))
-    worker.run()
+    try:
+        worker.report(force=True)  # the capacity figure is there by the time the worker is ready
+        conn.send(WorkerReady(os.getpid(), options.device, core.info))
+        worker.run()
+    finally:
+        close_engine(core.pipe)
 
 
 def process_main(conn, options: WorkerOptions) -> None:
