@@ -113,6 +113,13 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
     ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
     app = create_app(settings, loaded_engine(config, settings.warm_up) if inprocess else None)
+    async with serving(app, settings) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def serving(app, settings: Settings) -> AsyncIterator[Running]:
+    """``app`` on uvicorn in this process, on an ephemeral loopback port, until the block ends."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             ws_max_size=settings.max_control_bytes + 4096)
     server = uvicorn.Server(config)
