@@ -76,6 +76,7 @@ class BenchResult:
     rss_start: int
     rss_end: int
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    hygiene: list[str] = field(default_factory=list)  # engine.parallel.hygiene features applied (CUDA)
 
 
 def run_bench(pipe: Pipeline | PuppetPipeline, seconds: float | None = None, chunks: int | None = None,
@@ -153,7 +154,7 @@ def format_result(r: BenchResult) -> str:
     rows = [
         ("config", f"{r.config} ({r.size}, {r.steps} steps, guidance {r.guidance:g}, "
                    f"interp {'on' if r.interp else 'off'})"),
-        ("device / threads", f"{r.device} / {r.threads}"),
+        ("device / threads", f"{r.device} / {r.threads}" + (f", hygiene {','.join(r.hygiene)}" if r.hygiene else "")),
         ("audio", f"{r.audio_seconds:.1f} s -> {r.frames} frames, {r.chunks} chunks"),
         ("reference encode", f"{r.reference_s * 1000:.0f} ms"),
         ("first frame (audio ready)", f"{r.first_frame_s:.3f} s"),

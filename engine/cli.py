@@ -67,17 +67,70 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace):
+    """The devices ``avatar bench`` spreads the engine over; None: one device, as always."""
+    from engine.parallel.plan import ParallelPlan
+
+    try:
+        plan = ParallelPlan(sequence=args.sequence_parallel, pipeline=args.pipeline_parallel, shard=args.shard,
+                            offload=args.offload, decoder_device=args.decoder_device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return None if plan.single else plan
+
+
+def _hygiene(args: argparse.Namespace) -> tuple[str, ...]:
+    from engine.parallel.hygiene import FEATURES
+
+    if not args.hygiene:
+        return ()
+    names = FEATURES if args.hygiene == "all" else tuple(x for x in args.hygiene.split(",") if x)
+    if unknown := sorted(set(names) - set(FEATURES)):
+        raise CliError(f"--hygiene: unknown {', '.join(unknown)}; choose all or from {', '.join(FEATURES)}")
+    return names
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import format_result, run_bench, write_json
 
+    if args.config == "xl" and not args.device.startswith("cuda"):
+        raise CliError("xl is 14B-shaped (57 GB of fp32 weights): it runs on CUDA devices only")
+    plan, hygiene = _plan(args), _hygiene(args)
+    checkpoints = tuple(int(x) for x in args.checkpoints.split(",")) if args.checkpoints else ()
+    if plan is not None:
+        if args.sessions or hygiene:
+            raise CliError("--sessions and --hygiene run on one device: not with the multi-device flags")
+        return _bench_parallel(plan, args, checkpoints)
     pipe = _pipeline(args)
     if args.sessions:
         return _bench_sessions(pipe, args)
-    checkpoints = tuple(int(x) for x in args.checkpoints.split(",")) if args.checkpoints else ()
+    from engine.parallel.hygiene import apply_hygiene
+
+    applied = apply_hygiene(pipe, hygiene)
     result = run_bench(pipe, seconds=args.seconds, chunks=args.chunks, checkpoints=checkpoints)
+    result.hygiene = list(applied)
     print(format_result(result))
     if args.json:
         write_json(result, args.json)
+    return 0
+
+
+def _bench_parallel(plan, args: argparse.Namespace, checkpoints: tuple[int, ...]) -> int:
+    from engine.parallel.bench import format_parallel, run_parallel_bench, write_parallel_json
+
+    threads = args.threads
+    if not args.device.startswith("cuda"):  # ranks on one CPU share its cores
+        threads = max(1, args.threads // plan.world_size)
+    build = dict(name=args.config, steps=args.steps, guidance=args.guidance, interp=not args.no_interp,
+                 weights=args.weights, threads=threads)
+    try:
+        result, figures = run_parallel_bench(plan, build, args.device, args.seconds, args.chunks, checkpoints,
+                                             single_threads=args.threads, compare=args.config != "xl")
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
+    print(format_parallel(result, figures))
+    if args.json:
+        write_parallel_json(result, figures, args.json)
     return 0
 
 
@@ -121,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--chunks", type=int, default=None, help="run this many N chunks instead")
     bench.add_argument("--checkpoints", default="", help="report fps/memory after these chunk counts, e.g. 10,200")
     bench.add_argument("--json", default=None, help="write the result as JSON")
+    bench.add_argument("--sequence-parallel", type=int, default=1, metavar="N",
+                       help="split every chunk's tokens over N ranks (Ulysses attention)")
+    bench.add_argument("--pipeline-parallel", type=int, default=1, metavar="N",
+                       help="the DiT's blocks in N stages on N ranks, rebalanced from measured block times")
+    bench.add_argument("--shard", type=int, default=1, metavar="N", help="shard the DiT's blocks over N ranks (FSDP2)")
+    bench.add_argument("--offload", action="store_true",
+                       help="modules in pinned CPU memory, each block fetched just before it runs")
+    bench.add_argument("--decoder-device", default=None, metavar="DEV",
+                       help="SR and the decoder on DEV, decoding behind the DiT")
+    bench.add_argument("--hygiene", default="", metavar="LIST",
+                       help="CUDA only: all or some of resident,fused,compile,graphs (see engine.parallel.hygiene)")
     _engine_args(bench)
     bench.set_defaults(func=cmd_bench)
 

@@ -434,7 +434,7 @@ class StreamSession:
         """An I chunk's span with its clean anchor latents (from the N chunks) in place."""
         (l0, l1), (r0, r1) = plan.anchors
         held = self.state.latents
-        anchors = torch.zeros(plan.span[1] - plan.span[0], *held.data.shape[1:])
+        anchors = torch.zeros(plan.span[1] - plan.span[0], *held.data.shape[1:], device=held.data.device)
         anchors[: l1 - l0] = held.get(l0, l1)
         anchors[r0 - plan.span[0]:] = held.get(r0, r1)
         return anchors

@@ -32,7 +32,7 @@ class A2VInput:
 
 @dataclass(frozen=True)
 class A2VOutput:
-    latents: torch.Tensor  # (B, generated frames, c, h, w), float32
+    latents: torch.Tensor  # (B, generated frames, c, h, w), float32, on the host unless kept on the device
     history: KVBlock | None  # N chunks: the new history window, B rows on ``plan``'s timeline
 
 
@@ -41,6 +41,9 @@ class AudioToVideo:
         self.config = config
         self.dit = dit
         self.steps = steps or config.steps
+        # Latents go back to the host after each chunk unless kept on the DiT's device, where SR
+        # reads them next (engine.parallel.hygiene, on CUDA: no host synchronisation per chunk).
+        self.keep_on_device = False
 
     def _history_pass(self, x0: torch.Tensor, noise: torch.Tensor, audio: torch.Tensor, s0: int,
                       reference: KVBlock, history: KVBlock | None) -> KVBlock:
@@ -113,7 +116,7 @@ class AudioToVideo:
             new_history = None
             if plan.kind == "N":
                 new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history)
-        return A2VOutput(out.cpu(), new_history)
+        return A2VOutput(out if self.keep_on_device else out.cpu(), new_history)
 
 
 def _all_silent(audio: torch.Tensor, silence: torch.Tensor) -> bool:
