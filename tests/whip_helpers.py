@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+import http.server
+import ipaddress
+import threading
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import aioice
 import numpy as np
 from agent_helpers import Media, collect_media, pcm_rms
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
@@ -94,3 +100,34 @@ def mouth_follows_voice(media: Media, avatar: str | None, since: float, max_lag:
         if a.std() > 0 and b.std() > 0:
             best = max(best, (float(np.corrcoef(a, b)[0, 1]), lag))
     return best
+
+
+def loopback_candidates_only(monkeypatch) -> None:
+    """Keep the server's ICE checks on loopback: remote candidates at other addresses (a browser's
+    interfaces) are ignored, so no check leaves 127.0.0.0/8."""
+    original = aioice.Connection.add_remote_candidate
+
+    async def add(self, candidate):
+        if candidate is None or ipaddress.ip_address(candidate.host).is_loopback:
+            await original(self, candidate)
+
+    monkeypatch.setattr(aioice.Connection, "add_remote_candidate", add)
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class names it so)
+        pass
+
+
+@contextlib.contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    """``folder`` served over HTTP on its own loopback port (another origin than the API's)."""
+    handler = functools.partial(_QuietFiles, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, name="static-site", daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_port}"
+        finally:
+            httpd.shutdown()
+            thread.join(5)

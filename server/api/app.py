@@ -23,10 +23,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.api.control import serve_control
+from server.api.cors import allow_origins
 from server.api.errors import ApiError
 from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
+from server.api.whip import create_router as whip_router
 from server.config import Settings
+from server.media import ice_network
 from server.media.peer import BadOffer
 from server.session.engine_link import Engine, EngineError, engine_client, sample_rate_of
 from server.session.manager import SessionManager
@@ -261,4 +264,7 @@ def create_app(
         return FileResponse(WEB_DIR / "index.html")
 
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    app.include_router(whip_router())
+    allow_origins(app, settings.cors_origins)
+    ice_network.configure(ice_network.IceNetwork.of(settings))
     return app

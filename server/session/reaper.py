@@ -56,6 +56,8 @@ class SessionReaper:
         times = session.liveness
         pc = session.pc
         if pc is None:
+            if len(session.viewers):  # WHEP viewers alone keep an agent's session alive
+                return None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None
         if pc.connectionState in ("failed", "closed"):
             return f"peer_{pc.connectionState}"

@@ -20,13 +20,15 @@ from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
 from server.api.protocol import ErrorEvent, QualityChanged, SessionCreate, SessionReady
 from server.config import Mode, Settings
+from server.media.broadcast import Broadcast
 from server.media.clock import MonotonicClock
 from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
-from server.media.peer import answer, create_peer
+from server.media.peer import answer, answer_ingest, create_peer
 from server.media.playout import PlayoutBuffer
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
 from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
+from server.media.viewers import Viewers
 from server.session.engine_link import EngineError, EngineLink, QualityEvent
 from server.session.events import SessionEvents
 from server.session.feed_loop import FeedLoop
@@ -107,6 +109,12 @@ class AvatarSession:
         self.played = PlaybackReporter(
             session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
         )
+        self.broadcast = Broadcast(
+            PlayoutVideoTrack(self.playout, self.fps, self.played.video_played),
+            PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),
+        )
+        self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected)
+        self.ingest_id: str | None = None  # the WHIP resource, when the peer is a WHIP publisher
         self.feed_loop = FeedLoop(
             session_id,
             self.feeder,
@@ -131,6 +139,7 @@ class AvatarSession:
 
         self.pc: RTCPeerConnection | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._media_starting = False
         self._closing = False
         self._spawn(self.voice.run(), "intake")
 
@@ -163,19 +172,40 @@ class AvatarSession:
         self.metrics.quality_changes.labels(change.reason).inc()
         self.events.emit(QualityChanged(level=change.level, name=change.name, reason=change.reason))
 
-    async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
-        """Answer the browser's offer; media starts once ICE/DTLS connect."""
+    async def accept_offer(self, offer: RTCSessionDescription, ingest: bool = False) -> RTCSessionDescription:
+        """Answer the browser's offer, or with ``ingest`` a WHIP publisher's (its audio is the microphone,
+        nothing is sent back); media starts once ICE/DTLS connect."""
         if self.pc is not None:
             raise ApiError(409, "already_offered", "this session already has a peer connection")
         self.liveness.offered_at = time.monotonic()
         self.pc = pc = create_peer(self.settings.ice_servers)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", self._on_connection_state)
-        video = PlayoutVideoTrack(self.playout, self.fps, self.played.video_played)
-        audio = PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), self.sample_rate, self.played.audio_played)
-        description = await answer(pc, offer, video, audio)
-        self._spawn(self._start_media(), "media-start")
+        if ingest:
+            description = await answer_ingest(pc, offer)
+        else:
+            description = await answer(pc, offer, *self.broadcast.subscribe())
+        self._start_media_once()
         return description
+
+    async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
+        """A WHEP viewer (read-only: the avatar's video and voice); its id and our answer. Viewers alone
+        (an agent's session) start the media clock too."""
+        if len(self.viewers) >= self.settings.max_viewers:
+            raise ApiError(503, "too_many_viewers", f"this session has its {self.settings.max_viewers} viewers")
+        viewer = await self.viewers.add(offer)
+        self._start_media_once()
+        return viewer
+
+    def _start_media_once(self) -> None:
+        if not self._media_starting:
+            self._media_starting = True
+            self._spawn(self._start_media(), "media-start")
+
+    def _viewer_connected(self) -> None:
+        if not self.connected.is_set():
+            self.liveness.connected()
+            self.connected.set()
 
     async def _start_media(self) -> None:
         """Start the feed clock once the peer is connected and the engine is up.
@@ -185,6 +215,7 @@ class AvatarSession:
         """
         await asyncio.gather(self.connected.wait(), self.engine_started.wait())
         self.feeder.start(time.monotonic())
+        self._spawn(self.broadcast.run(), "broadcast")
         self._spawn(self.feed_loop.run(), "feed")
         self._spawn(self.metrics_loop.run(), "metrics")
         self.started.set()
@@ -210,6 +241,7 @@ class AvatarSession:
         t_rec = time.monotonic()
         if self.pc is not None:
             await self.pc.close()
+        await self.viewers.close()
         t_pc = time.monotonic()
         others = [t for t in self._tasks if t is not current]
         if others:
