@@ -41,8 +41,8 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
     ("--quality", "default_quality", {"choices": ["quality", "fast"], "help": "default preset (default fast)"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
-    ("--voice", "voice", {"help": "voice for speak (espeak-ng: en-us; piper: joe)"}),
-    ("--tts", "tts", {"choices": ["espeak", "piper"], "help": "built-in TTS backend for speak (default espeak)"}),
+    ("--voice", "voice", {"help": "voice for speak (piper: joe; espeak-ng: en-us)"}),
+    ("--tts", "tts", {"choices": ["piper", "espeak"], "help": "built-in TTS backend for speak (default piper)"}),
     ("--piper-model", "piper_model", {"help": "a Piper .onnx voice to use instead of the bundled joe voice"}),
 ]
 
@@ -80,6 +80,9 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
+    if settings.exposed:
+        print(f"avatar serve: bound to {settings.host}, reachable beyond this machine: creating a session "
+              f"needs the bearer token ({ENV_PREFIX}AUTH_TOKEN)", file=sys.stderr)
     try:
         speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
     except KeyError as exc:
