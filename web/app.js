@@ -1,6 +1,8 @@
 // Demo page: one avatar session = one RTCPeerConnection + one control websocket.
 // No build step; plain ES module. `window.avatarDemo` exposes state for debugging and tests.
 
+import { livePlots } from "./plots.js";
+
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
@@ -14,6 +16,7 @@ const state = {
   startedAt: 0, stats: {}, events: [], timers: [],
   speaking: new Set(), userSpeaking: false, activity: "off", attached,
 };
+state.plots = livePlots($("plots"), { misses: { color: "#dc2626" }, rtt: { color: "#16a34a" } });
 window.avatarDemo = state;
 
 function setStatus(text, kind = text) {
@@ -195,6 +198,8 @@ function onEvent(ev) {
       $("s-misses").textContent = `${ev.deadline_misses}`;
       $("s-av").textContent = `${ev.av_offset_ms.toFixed(0)} ms`;
       $("s-mic").textContent = `${ev.mic_seconds.toFixed(1)} s`;
+      state.plots.delay.push(ev.playout_delay_ms);
+      state.plots.misses.push(Math.max(0, ev.deadline_misses - (state.stats.server?.deadline_misses ?? 0)));
       state.stats.server = ev;
       break;
     case "pong":
@@ -256,6 +261,8 @@ async function pollStats() {
   $("s-fps").textContent = s.fps === undefined ? "–" : s.fps.toFixed(1);
   $("s-frames").textContent = `${s.framesDecoded ?? 0} / ${s.framesDropped ?? 0}`;
   $("s-rtt").textContent = s.rttMs === undefined ? "–" : `${s.rttMs.toFixed(0)} ms`;
+  if (s.fps !== undefined) state.plots.fps.push(s.fps);
+  if (s.rttMs !== undefined) state.plots.rtt.push(s.rttMs);
 }
 
 function setRunning(running) {
@@ -311,6 +318,7 @@ async function start() {
   setRunning(true);
   state.startedAt = performance.now();
   state.stats = { startedFromLoadMs: Math.round(state.startedAt) };
+  Object.values(state.plots).forEach((plot) => plot.clear());
   state.speaking.clear();
   state.userSpeaking = false;
   const mode = $("mode").value;
