@@ -172,33 +172,40 @@ _READ_ONLY = frozenset({
 
 class Mirror:
     """What rank 0's pipeline and its siblings share: the channel to the other ranks, the
-    queue of commands not sent yet, session ids."""
+    queue of commands not sent yet, session ids.
+
+    ``lock`` serialises changes and lockstep work: a change is made here and queued under it,
+    and a step sends the queue and runs under it, so every rank decides its next chunk from the
+    same audio (a feed from another thread waits for a running step)."""
 
     def __init__(self, channel: Channel, context: object) -> None:
         self.channel = channel
         self.context = context
         self.ids = itertools.count()
         self.queued: list[Command] = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a session collected during a step queues its Drop
         self.live: weakref.WeakSet[MirroredSession] = weakref.WeakSet()
 
-    def queue(self, cmd: Command) -> None:
+    def change(self, cmd: Command, here: Callable[[], object] = lambda: None) -> object:
+        """Make a change here (``here``) and queue it for the other ranks, as one step."""
         with self.lock:
+            result = here()
             self.queued.append(cmd)
+            return result
 
-    def lockstep(self, cmd: Command) -> None:
-        """Send what is queued and ``cmd``: the other ranks run it while rank 0 does."""
+    def lockstep(self, cmd: Command, here: Callable[[], object] = lambda: None) -> object:
+        """Send what is queued and ``cmd``, then run rank 0's part (``here``) while the other
+        ranks run theirs. Any failure of that part (a collective that broke, a rank that died)
+        ends the group: the ranks cannot be brought back in step."""
         with self.lock:
             batch, self.queued = [*self.queued, cmd], []
-        self.channel.send(batch)
-
-    def together(self, fn: Callable, *args: object) -> object:
-        """Rank 0's part of work every rank does at once. Any failure of it (a collective that
-        broke, a rank that died) ends the group: the ranks cannot be brought back in step."""
-        try:
-            return fn(*args)
-        except Exception as exc:
-            raise self.channel.lose(f"{exc.__class__.__name__}: {exc}") from exc
+            self.channel.send(batch)
+            try:
+                return here()
+            except Exception as exc:
+                if isinstance(cmd, Open) and isinstance(exc, KeyError | ValueError):
+                    raise  # a refused session: refused on every rank alike, before any collective
+                raise self.channel.lose(f"{exc.__class__.__name__}: {exc}") from exc
 
 
 class MirroredPipeline:
@@ -232,28 +239,23 @@ class MirroredPipeline:
                      seed: int = 0) -> MirroredSession:
         mirror = self.mirror
         sid = next(mirror.ids)
-        mirror.lockstep(Open(sid, avatar, image, seed, self.variant))
-        try:
-            local = self.local.open_session(avatar=avatar, image=image, seed=seed)
-        except (KeyError, ValueError):  # refused before any collective, on every rank alike
-            raise
-        except Exception as exc:
-            raise mirror.channel.lose(f"{exc.__class__.__name__}: {exc}") from exc
+        local = mirror.lockstep(Open(sid, avatar, image, seed, self.variant),
+                                lambda: self.local.open_session(avatar=avatar, image=image, seed=seed))
         session = MirroredSession(self, sid, local)
-        weakref.finalize(session, mirror.queue, Drop(sid))
+        weakref.finalize(session, mirror.change, Drop(sid))
         mirror.live.add(session)
         return session
 
     def step_batch(self, sessions: Sequence[MirroredSession]) -> BatchResult:
-        self.mirror.lockstep(Step(tuple(s.sid for s in sessions)))
-        return self.mirror.together(self.local.step_batch, [s.local for s in sessions])
+        return self.mirror.lockstep(Step(tuple(s.sid for s in sessions)),
+                                    lambda: self.local.step_batch([s.local for s in sessions]))
 
     def call(self, fn: Callable, *args: object) -> list[object]:
         """``fn(context, *args)`` on every rank at once; every rank's result, rank 0's first."""
         mirror = self.mirror
-        mirror.lockstep(Call(fn, args, reply=True))
-        mine = mirror.together(fn, mirror.context, *args)
-        return [mine, *mirror.channel.replies()]
+        with mirror.lock:
+            mine = mirror.lockstep(Call(fn, args, reply=True), lambda: fn(mirror.context, *args))
+            return [mine, *mirror.channel.replies()]
 
     @property
     def open_sessions(self) -> int:
@@ -282,21 +284,18 @@ class MirroredSession:
         return getattr(self.local, name)
 
     def feed(self, pcm: np.ndarray) -> None:
-        pcm = np.asarray(pcm, dtype=np.float32).reshape(-1)
-        self.local.feed(pcm)
-        self.pipe.mirror.queue(Feed(self.sid, pcm.copy()))
+        pcm = np.asarray(pcm, dtype=np.float32).reshape(-1).copy()
+        self.pipe.mirror.change(Feed(self.sid, pcm), lambda: self.local.feed(pcm))
 
     def close_input(self) -> None:
-        self.local.close_input()
-        self.pipe.mirror.queue(CloseInput(self.sid))
+        self.pipe.mirror.change(CloseInput(self.sid), self.local.close_input)
 
     def silence_from(self, sample: int) -> int:
-        self.pipe.mirror.queue(Silence(self.sid, sample))
-        return self.local.silence_from(sample)
+        return self.pipe.mirror.change(Silence(self.sid, sample), lambda: self.local.silence_from(sample))
 
     def set_quality(self, quality: Quality) -> None:
-        self.local.set_quality(quality)  # refuses what it refuses before any rank sees it
-        self.pipe.mirror.queue(SetQuality(self.sid, quality))
+        # refused here (raising before it is queued) what the other ranks would refuse too
+        self.pipe.mirror.change(SetQuality(self.sid, quality), lambda: self.local.set_quality(quality))
 
     def step(self) -> list[PublishedFrame]:
         return self.pipe.step_batch([self]).frames[0]
