@@ -29,8 +29,15 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _refuse_xl_off_cuda(args: argparse.Namespace) -> None:
+    if args.config == "xl" and not args.device.startswith("cuda"):
+        raise CliError("xl is 14B-shaped (57 GB of fp32 weights): it runs on CUDA devices only")
+
+
 def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --help stays fast
     from engine.pipeline import Pipeline
+
+    _refuse_xl_off_cuda(args)
 
     if args.steps is not None and not 1 <= args.steps <= 8:
         raise CliError(f"--steps must be in 1..8, got {args.steps}")
@@ -93,8 +100,7 @@ def _hygiene(args: argparse.Namespace) -> tuple[str, ...]:
 def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import format_result, run_bench, write_json
 
-    if args.config == "xl" and not args.device.startswith("cuda"):
-        raise CliError("xl is 14B-shaped (57 GB of fp32 weights): it runs on CUDA devices only")
+    _refuse_xl_off_cuda(args)
     plan, hygiene = _plan(args), _hygiene(args)
     checkpoints = tuple(int(x) for x in args.checkpoints.split(",")) if args.checkpoints else ()
     if plan is not None:

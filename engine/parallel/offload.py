@@ -163,18 +163,28 @@ class Offloader:
         for i, block in enumerate(models.dit.blocks):
             block.register_forward_pre_hook(lambda _m, _a, i=i: off._block_pre(i))
             block.register_forward_hook(lambda _m, _a, _o, i=i: off._block_post(i))
-        pipe.a2v = _Chunk(pipe.a2v, off)
-        pipe.sr = _Resident(pipe.sr, off, "sr", after="decoder")
-        pipe.decode = _Resident(pipe.decode, off, "decoder", after="block0")
-        open_session = pipe.open_session
+        off.wire(pipe)
+        return off
+
+    def wire(self, pipe: Pipeline) -> None:
+        """Route ``pipe``'s stages, session openings and sibling pipelines (quality presets over
+        the same models) through this offloader."""
+        pipe.a2v = _Chunk(pipe.a2v, self)
+        pipe.sr = _Resident(pipe.sr, self, "sr", after="decoder")
+        pipe.decode = _Resident(pipe.decode, self, "decoder", after="block0")
+        open_session, sibling = pipe.open_session, pipe._sibling
 
         def opening(*args: object, **kwargs: object) -> object:
-            with off.holding("encoder", "decoder"):  # the reference encoders and the decoder's cache
+            with self.holding("encoder", "decoder"):  # the reference encoders and the decoder's cache
                 return open_session(*args, **kwargs)
 
-        pipe.open_session = opening
-        pipe.offload = off
-        return off
+        def wired_sibling(config: object) -> Pipeline:
+            other = sibling(config)
+            self.wire(other)
+            return other
+
+        pipe.open_session, pipe._sibling = opening, wired_sibling
+        pipe.offload = self
 
 
 class _Resident:

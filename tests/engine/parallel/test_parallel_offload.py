@@ -108,3 +108,17 @@ def test_interp_chunks_fetch_sr_on_their_last_forward(micro_weights: Path) -> No
         assert off.log[start:] == expected_chunk(depth, forwards, publishes), session.last_chunk
         seen.add((kind, publishes))
     assert replay([("prefetch", "block0"), *off.log[opened:]]) == 2
+
+
+def test_quality_presets_share_the_offloader(offloaded: Pipeline) -> None:
+    """A preset's pipeline (the engine worker runs sessions on them) keeps to the same schedule."""
+    fast = offloaded.preset("fast").preset("quality")
+    assert fast is not offloaded and fast.offload is offloaded.offload
+    start = len(offloaded.offload.log)
+    session = fast.open_session(avatar="cleo")
+    session.feed(speech_like(1.0, 16000))
+    session.close_input()
+    while not session.finished:
+        session.step()
+    ran = [unit for what, unit in offloaded.offload.log[start:] if what == "run"]
+    assert {"encoder", "sr", "decoder", "block0", "block1"} <= set(ran)
