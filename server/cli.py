@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -57,6 +58,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     for flag, field, kwargs in FLAGS:
         env = f"[env {ENV_PREFIX}{field.upper()}]"
         parser.add_argument(flag, dest=field, default=None, **{**kwargs, "help": f"{kwargs['help']} {env}"})
+    parser.add_argument("--ray", metavar="ADDRESS", default=os.environ.get(f"{ENV_PREFIX}RAY") or None,
+                        help="run as the gateway of a Ray cluster (HOST:PORT or auto): sessions go to the avatar "
+                        f"nodes, the Ray nodes offering the `avatar` resource [env {ENV_PREFIX}RAY]")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=serve)
     return parser
@@ -66,11 +70,21 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.from_env(**{field: getattr(args, field, None) for _, field, _ in FLAGS})
 
 
-def serve(args: argparse.Namespace) -> int:
-    from server.api.app import create_app
-    from server.session.engine_link import sample_rate_of
-    from server.voice import tts
+def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
+    """How ``avatar serve`` runs an app on uvicorn (an avatar node of a cluster runs the same)."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        ws_max_size=settings.max_control_bytes + 4096,
+        ws_ping_interval=5.0,
+        ws_ping_timeout=5.0,
+        **extra,
+    )
 
+
+def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -83,26 +97,42 @@ def serve(args: argparse.Namespace) -> int:
     if settings.exposed:
         print(f"avatar serve: bound to {settings.host}, reachable beyond this machine: creating a session "
               f"needs the bearer token ({ENV_PREFIX}AUTH_TOKEN)", file=sys.stderr)
+    app = gateway_app(settings, args.ray) if getattr(args, "ray", None) else node_app(settings)
+    if app is None:
+        return 2
+    print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
+    uvicorn.Server(server_config(app, settings, args.log_level)).run()
+    return 0
+
+
+def gateway_app(settings: Settings, address: str) -> Any:
+    """The gateway of the Ray cluster at ``address``; None (after one line) if it cannot be joined."""
+    from server.cluster.gateway import create_gateway
+    from server.cluster.join import ClusterUnreachable, join
+
+    try:
+        join(address)
+    except ClusterUnreachable as exc:
+        print(f"avatar serve: {exc}", file=sys.stderr)
+        return None
+    return create_gateway(settings)
+
+
+def node_app(settings: Settings) -> Any:
+    """The one-machine server; None (after one line) if its TTS backend cannot run."""
+    from server.api.app import create_app
+    from server.session.engine_link import sample_rate_of
+    from server.voice import tts
+
     try:
         speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
     except KeyError as exc:
         print(f"avatar serve: {exc.args[0]}", file=sys.stderr)
-        return 2
+        return None
     except tts.TTSUnavailable as exc:
         print(f"avatar serve: TTS backend {settings.tts!r}: {exc}", file=sys.stderr)
-        return 2
-    app = create_app(settings, speech=speech)
-    print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=args.log_level,
-        ws_max_size=settings.max_control_bytes + 4096,
-        ws_ping_interval=5.0,
-        ws_ping_timeout=5.0,
-    )
-    return 0
+        return None
+    return create_app(settings, speech=speech)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,140 @@
+"""One avatar node: a whole ``avatar serve`` app (engine workers and WebRTC endpoint) in a Ray actor.
+
+The gateway starts one on every Ray node that offers the ``avatar`` resource. It is detached and
+named after its Ray node, so it outlives the gateway that started it and a restarted gateway finds
+it (and its sessions) again. Its app listens on the node's own address at a free port: browsers'
+media goes straight to it, the gateway relays only signalling and control. The actor's methods run
+on the same event loop as the app, so a report reads the app's state without locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import uvicorn
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from server.cluster.node_settings import node_settings
+
+NAMESPACE = "avatar"
+RESOURCE = "avatar"
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What the gateway learns from a node at each poll."""
+
+    node: str  # the Ray node id, hex
+    address: str  # http://ip:port of the node's app, as the gateway reaches it
+    sessions: tuple[str, ...]
+    capacity: int  # more sessions it takes now: the engine's measured capacity, under max_sessions
+    misses: float  # playout deadline misses since the node started
+    workers_alive: int
+
+
+def actor_name(node_id: str) -> str:
+    return f"avatar-node-{node_id}"
+
+
+def spawn(node_id: str, gpus: float, passed: dict[str, Any], loopback_ice: bool = False):
+    """The node actor of Ray node ``node_id`` (the existing one if a gateway started it before).
+
+    It holds one unit of ``avatar`` (one actor per node) and all the node's GPUs: Ray hides the
+    devices an actor did not ask for."""
+    options = {
+        "name": actor_name(node_id),
+        "namespace": NAMESPACE,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "num_cpus": 0,
+        "num_gpus": gpus,
+        "resources": {RESOURCE: 1},
+        "max_restarts": 0,
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+    }
+    return ray.remote(AvatarNode).options(**options).remote(passed, loopback_ice)
+
+
+class AvatarNode:
+    """The actor's body; ``start`` brings the app up (once), ``report`` says how it is doing."""
+
+    def __init__(self, passed: dict[str, Any], loopback_ice: bool = False) -> None:
+        self._passed = passed
+        self._loopback_ice = loopback_ice
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._starting: asyncio.Task | None = None
+        self._server: asyncio.Task | None = None
+        self._app: Any = None
+        self._address = ""
+
+    async def start(self) -> str:
+        """Start the app if it is not running yet; its address. Idempotent: a restarted gateway calls it too."""
+        if self._starting is None:
+            self._starting = asyncio.create_task(self._serve())
+        return await asyncio.shield(self._starting)
+
+    async def _serve(self) -> str:
+        from server.api.app import create_app  # the engine's imports: only where a node runs
+        from server.cli import server_config
+
+        ip = ray.util.get_node_ip_address()
+        settings = node_settings(self._passed, os.environ, ip)
+        settings.check_bind()
+        if self._loopback_ice:
+            import aioice.ice
+
+            aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+        app = create_app(settings)
+        # Requests come through the gateway: the client they count against (per-client limits) is
+        # the one it names in X-Forwarded-For. With a token required, limits key on the token instead.
+        server = uvicorn.Server(server_config(app, settings, "warning", forwarded_allow_ips="*"))
+        self._server = asyncio.create_task(_serve_until_exit(server), name="avatar-node-server")
+        while not server.started:
+            if self._server.done():
+                raise RuntimeError(f"the node's server did not start: {_ended(self._server)}")
+            await asyncio.sleep(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        self._app = app
+        self._address = f"http://{ip}:{port}"
+        return self._address
+
+    async def report(self) -> NodeReport:
+        if self._app is None:
+            raise RuntimeError("the node has not started")
+        if self._server is not None and self._server.done():
+            raise RuntimeError(f"the node's server stopped: {_ended(self._server)}")
+        manager = self._app.state.manager
+        engine = manager.engine
+        capacity = engine.capacity() if engine.available else 0
+        cap = manager.settings.max_sessions
+        if cap is not None:
+            capacity = max(0, min(capacity, cap - len(manager.sessions)))
+        misses = self._app.state.metrics.registry.get_sample_value("avatar_deadline_misses_total") or 0.0
+        return NodeReport(
+            node=self._node_id,
+            address=self._address,
+            sessions=tuple(sid for sid, s in manager.sessions.items() if not s.closing),
+            capacity=capacity,
+            misses=misses,
+            workers_alive=sum(1 for w in engine.workers() if w.alive),
+        )
+
+
+async def _serve_until_exit(server: uvicorn.Server) -> None:
+    """uvicorn leaves with ``SystemExit`` when its start-up fails; in a task that would stop the
+    actor's event loop, so it becomes an ordinary error."""
+    try:
+        await server.serve()
+    except SystemExit as exc:
+        raise RuntimeError(f"the server exited with status {exc.code} (see the node's log)") from None
+
+
+def _ended(task: asyncio.Task) -> str:
+    if task.cancelled():
+        return "it was cancelled"
+    exc = task.exception()
+    return f"{exc.__class__.__name__}: {exc}" if exc is not None else "it returned"
