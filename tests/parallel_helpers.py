@@ -8,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from batch_helpers import float_frames
+from conftest import enliven
 
 from engine.bench import speech_like
+from engine.config import EngineConfig
 from engine.frames import PublishedFrame
+from engine.models import ModelSet
 from engine.schedule import ChunkSchedule
 from engine.stages.audio_to_video import A2VInput
 from engine.stages.context_gen import ContextRequest
@@ -25,6 +29,15 @@ TOLERANCE = 1e-4  # fp32 max |diff| against one device
 MILLION = 10**6
 # (avatar, seed, voice, seconds): two sessions batched together whenever their keys match
 VOICES = [("ada", 3, 0, 3.3), ("ben", 8, 1, 2.7)]
+
+
+def save_living(config: EngineConfig, folder: Path, seed: int) -> Path:
+    """Checkpoints of ``config`` with living weights (no zero-initialised outputs) in ``folder``."""
+    models = ModelSet.build(config, seed)
+    for i, module in enumerate(models.modules().values()):
+        enliven(module, seed * 100 + i + 1)
+    models.save_dir(folder)
+    return folder
 
 
 @dataclass

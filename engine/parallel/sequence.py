@@ -57,12 +57,15 @@ class UlyssesShard(TokenShard):
         x = torch.where(real, index % width, 0).repeat(frames)
         return torch.arange(frames).repeat_interleave(self.share), y, x
 
-    def _real(self, tokens: int) -> torch.Tensor:
-        """Which of ``tokens`` keys gathered from all ranks (rank-major, frame-major within a
-        rank) are real tokens rather than padding."""
-        frames = tokens // (self.world * self.share)
+    def _real(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """``x`` without the padding tokens along ``dim``, where tokens gathered from all ranks
+        lie rank-major (and frame-major within a rank). Host-side indices: no device sync."""
+        if self.padded == self.per_frame:
+            return x
+        frames = x.shape[dim] // (self.world * self.share)
         index = torch.arange(self.world)[:, None, None] * self.share + torch.arange(self.share)
-        return (index < self.per_frame).expand(self.world, frames, self.share).reshape(-1)
+        real = (index < self.per_frame).expand(self.world, frames, self.share).reshape(-1)
+        return x.index_select(dim, real.nonzero().squeeze(1).to(x.device))
 
     def _heads_to_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """(..., H, n, hd) this rank's tokens, every head -> (..., H / world, world * n, hd)
@@ -86,13 +89,11 @@ class UlyssesShard(TokenShard):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx_k: torch.Tensor | None,
                ctx_v: torch.Tensor | None) -> torch.Tensor:
         q, k, v = self._heads_to_tokens(torch.stack([q, k, v])).unbind(0)
-        real = self._real(k.shape[2])
-        k, v = k[:, :, real], v[:, :, real]
+        k, v = self._real(k, 2), self._real(v, 2)
         if ctx_k is not None:
             k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)
         return self._tokens_to_heads(F.scaled_dot_product_attention(q, k, v))
 
     def context(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        kv = self._heads_to_tokens(torch.stack([k, v]).transpose(3, 4))
-        real = self._real(kv.shape[4])
-        return kv[0][:, :, :, real].contiguous(), kv[1][:, :, :, real].contiguous()
+        kv = self._real(self._heads_to_tokens(torch.stack([k, v]).transpose(3, 4)), 4)
+        return kv[0].contiguous(), kv[1].contiguous()

@@ -1,9 +1,11 @@
 """Sequence parallelism over two gloo ranks: every chunk's tokens split between them, Ulysses
 attention, RoPE looked up per rank from the global time index. Sessions over N and I chunks
-(batched, guided) and chunks past latent 10**6 come out as on one device."""
+(batched, guided) and chunks past latent 10**6 come out as on one device, with frames whose
+tokens divide by the ranks and with frames whose tokens need padding."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,11 @@ from parallel_helpers import (
     chunks_at_a_million,
     max_diff,
     run_sessions,
+    save_living,
 )
 
+from engine.bench import speech_like
+from engine.config import get_config
 from engine.modules.dit import token_grid
 from engine.parallel.build import build_pipeline
 from engine.parallel.plan import ParallelPlan
@@ -28,9 +33,20 @@ from engine.schedule import ChunkSchedule
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def engines(micro_weights: Path):
-    build = dict(name="micro", weights=str(micro_weights), threads=1, guidance=2.0)
+def wide_micro():
+    """``micro`` at 48x48: 3x3 = 9 tokens a frame, which two ranks share as 5 and 4 (+1 padding)."""
+    cfg = get_config("micro")
+    return cfg.replace(name="micro-wide", vae=dataclasses.replace(cfg.vae, height=48, width=48))
+
+
+@pytest.fixture(scope="module", params=["micro", "padded"])
+def engines(request, micro_weights: Path, tmp_path_factory: pytest.TempPathFactory):
+    if request.param == "micro":
+        config, weights = "micro", micro_weights
+    else:
+        config = wide_micro()
+        weights = save_living(config, tmp_path_factory.mktemp("wide_micro"), seed=6)
+    build = dict(name=config, weights=str(weights), threads=1, guidance=2.0)
     parallel = build_pipeline(ParallelPlan(sequence=2), **build)
     yield parallel, Pipeline.from_config(**build)
     assert parallel.close() == [0]
@@ -46,16 +62,18 @@ def test_each_rank_holds_its_tokens_of_the_rolling_state(engines) -> None:
     parallel, single = engines
     a, b = parallel.open_session(avatar="cleo"), single.open_session(avatar="cleo")
     per_frame = single.models.dit.tokens_per_frame
-    assert a.state.reference.kv.k.shape[2] * 2 == b.state.reference.kv.k.shape[2] == per_frame
+    share = -(-per_frame // 2)
+    assert a.state.reference.kv.k.shape[2] == share and b.state.reference.kv.k.shape[2] == per_frame
     for s in (a, b):
-        s.feed(torch.zeros(16000).numpy())
+        s.feed(speech_like(1.0, 16000))
         s.step()
     ha, hb = a.state.history, b.state.history
     assert ha.frames() == hb.frames()
-    assert ha.k.shape[2] * 2 == hb.k.shape[2]
-    # rank 0 holds the first half of every frame's tokens, as one device holds them
-    mine = hb.k.reshape(*hb.k.shape[:2], len(hb.frames()), per_frame, *hb.k.shape[3:])[:, :, :, :per_frame // 2]
+    assert ha.k.shape[2] == len(ha.frames()) * share
+    # rank 0 holds the first share of every frame's tokens, as one device holds them
+    mine = hb.k.reshape(*hb.k.shape[:2], len(hb.frames()), per_frame, *hb.k.shape[3:])[:, :, :, :share]
     assert (mine.reshape(ha.k.shape) - ha.k).abs().max() <= TOLERANCE
+    assert ha.k.abs().max() > 0.1
 
 
 def test_chunks_past_a_million_latents_equal_one_device_and_the_stream_start(engines) -> None:

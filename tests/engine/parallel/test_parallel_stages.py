@@ -11,11 +11,9 @@ import itertools
 from pathlib import Path
 
 import pytest
-from conftest import enliven
-from parallel_helpers import OneDevice, assert_same_run, chunks_at_a_million, max_diff, run_sessions
+from parallel_helpers import OneDevice, assert_same_run, chunks_at_a_million, max_diff, run_sessions, save_living
 
 from engine.config import get_config
-from engine.models import ModelSet
 from engine.parallel.build import build_pipeline
 from engine.parallel.pipeline_stages import balance, even_boundaries, rebalance_stages
 from engine.parallel.plan import ParallelPlan
@@ -33,12 +31,7 @@ def deep_micro():
 
 @pytest.fixture(scope="module")
 def deep_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("deep_micro")
-    models = ModelSet.build(deep_micro(), 0)
-    for i, module in enumerate(models.modules().values()):
-        enliven(module, 40 + i)
-    models.save_dir(folder)
-    return folder
+    return save_living(deep_micro(), tmp_path_factory.mktemp("deep_micro"), seed=4)
 
 
 @pytest.fixture(scope="module")
