@@ -144,10 +144,12 @@ class EngineStream:
         self.quality_events.put_nowait(event)
 
     def _fail(self, error: EngineError) -> None:
+        """The engine is gone: no frame will come, so the slot file goes now, read or not."""
         if self.error is None:
             self.error = error
             self._refs.put_nowait(None)
             self.lost.set()
+            self.slots.unlink()
 
     async def close(self) -> None:
         if self.closed:

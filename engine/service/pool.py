@@ -338,3 +338,6 @@ class WorkerPool(EngineClient):
         await asyncio.gather(*(link.stop() for link in self.links), return_exceptions=True)
         for task in list(self._restarting):
             task.cancel()
+        for link in self.links:  # streams nobody closed: their slot files go with the pool
+            for stream in list(link.streams.values()):
+                await stream.close()

@@ -22,7 +22,17 @@ MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(1,))
 
 
 def my_slot_files() -> list:
-    return sorted(SHM_DIR.glob(f"{PREFIX}{os.getpid()}-*"))
+    """This process's slot files made since the test began (a fixture records those before)."""
+    return sorted(set(SHM_DIR.glob(f"{PREFIX}{os.getpid()}-*")) - BEFORE)
+
+
+BEFORE: set = set()
+
+
+@pytest.fixture(autouse=True)
+def slot_files_before():
+    BEFORE.clear()
+    BEFORE.update(SHM_DIR.glob(f"{PREFIX}{os.getpid()}-*"))
 
 
 async def feed(stream, seconds: float, seed: int = 0, start: int = 0) -> np.ndarray:
