@@ -2,8 +2,9 @@
 ``engine.parallel.ranks.RankGroup`` with one end of a socket pair as FD.
 
 It joins the process group, builds its share of the engine, then applies rank 0's commands
-until told to stop (exit 0), until rank 0 is gone (end of file or a new parent process: exit 1), or until a
-command fails, here or in a collective another rank broke (it says why, then exits 2).
+until told to stop (exit 0), until rank 0 is gone (end of file, or a new parent process: exit
+1), or until a command fails, here or in a collective another rank broke (it says why, then
+exits 2).
 """
 
 from __future__ import annotations

@@ -121,11 +121,14 @@ class Replica:
         self.pipe = pipe
         self.sessions: dict[int, StreamSession] = {}
         self.owners: dict[int, Pipeline] = {}  # the sibling pipeline each session was opened on
+        self.variants: dict[Variant, Pipeline] = {(): pipe}
 
     def apply(self, cmd: Command, context: object) -> object:
         match cmd:
             case Open(sid, avatar, image, seed, variant):
-                owner = derive(self.pipe, variant)
+                if variant not in self.variants:
+                    self.variants[variant] = derive(self.pipe, variant)
+                owner = self.variants[variant]
                 try:
                     self.sessions[sid] = owner.open_session(avatar=avatar, image=image, seed=seed)
                 except (KeyError, ValueError):  # refused on rank 0 just the same, before any collective
