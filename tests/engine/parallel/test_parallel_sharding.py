@@ -37,6 +37,30 @@ def held(context) -> dict:
             "sharded": type(dit.blocks[0].qkv.weight).__name__}
 
 
+def prefetches(context) -> dict:
+    """(On every rank) which blocks' all-gathers a forward starts ahead of time, and whether every
+    block is back to its shard afterwards. FSDP2's own prefetch hook is watched (private API)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    dit = context.pipe.models.dit
+    index = {id(b._get_fsdp_state()._fsdp_param_group): i for i, b in enumerate(dit.blocks)}
+    seen: list[int | None] = []
+    original = FSDPParamGroup._prefetch_unshard
+
+    def watched(group, pass_type):
+        seen.append(index.get(id(group)))
+        return original(group, pass_type)
+
+    FSDPParamGroup._prefetch_unshard = staticmethod(watched)
+    try:
+        with torch.inference_mode():
+            dit.encode_reference(torch.randn(1, dit.config.vae.latent_channels, *dit.grid,
+                                             generator=torch.Generator().manual_seed(1)))
+    finally:
+        FSDPParamGroup._prefetch_unshard = staticmethod(original)
+    return {"prefetched": seen, "resharded": all(type(b.qkv.weight).__name__ == "DTensor" for b in dit.blocks)}
+
+
 def xl_shards(context) -> dict:
     """(On every rank) the xl DiT built on the meta device and sharded over the ranks."""
     with torch.device("meta"):
@@ -61,6 +85,13 @@ def test_each_rank_holds_half_of_every_block(engines) -> None:
     assert sum(r["blocks"] for r in ranks) == whole and all(r["blocks"] <= whole // 2 + 64 for r in ranks)
     embed = sum(p.numel() for p in single.models.dit.patch_embed.parameters())
     assert all(r["embed"] == embed for r in ranks)  # the DiT's own small layers stay whole
+
+
+def test_each_block_prefetches_the_next_and_reshards_after_forward(engines) -> None:
+    parallel, single = engines
+    depth = len(single.models.dit.blocks)
+    for rank in parallel.call(prefetches):
+        assert rank == {"prefetched": list(range(1, depth)), "resharded": True}
 
 
 def test_chunks_past_a_million_latents_equal_one_device(engines) -> None:
