@@ -148,7 +148,7 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: int = 1,
-                         startup_s: float = 60.0, log_level: str = "warning") -> AsyncIterator[Running]:
+                         startup_s: float = 180.0, log_level: str = "warning") -> AsyncIterator[Running]:
     """``avatar serve`` in its own process (as deployed: the client is not sharing its GIL)."""
     import os
     import subprocess

@@ -146,7 +146,7 @@ def core_from(pipe, options: WorkerOptions, costs=None):
     return core
 
 
-def calibrate(core, sizes: tuple[int, ...], rounds: int = 3) -> None:
+def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
     """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
     each batch size, so the capacity figure and the scheduler's estimates are measured before
     the first real session arrives. Batches are formed here, not by the scheduler: it can only
