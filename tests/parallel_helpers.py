@@ -5,6 +5,7 @@ on their path as it is on the test process's)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from batch_helpers import float_frames
 from conftest import enliven
 
 from engine.bench import speech_like
-from engine.config import EngineConfig
+from engine.config import EngineConfig, get_config
 from engine.frames import PublishedFrame
 from engine.models import ModelSet
 from engine.schedule import ChunkSchedule
@@ -29,6 +30,12 @@ TOLERANCE = 1e-4  # fp32 max |diff| against one device
 MILLION = 10**6
 # (avatar, seed, voice, seconds): two sessions batched together whenever their keys match
 VOICES = [("ada", 3, 0, 3.3), ("ben", 8, 1, 2.7)]
+
+
+def deep_micro() -> EngineConfig:
+    """``micro`` with four blocks, so that pipeline stages have somewhere to move."""
+    cfg = get_config("micro")
+    return cfg.replace(dit=dataclasses.replace(cfg.dit, depth=4))
 
 
 def save_living(config: EngineConfig, folder: Path, seed: int) -> Path:

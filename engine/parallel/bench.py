@@ -17,7 +17,7 @@ import torch
 
 from engine.bench import BenchResult, format_result, run_bench
 from engine.parallel.build import build_pipeline
-from engine.parallel.pipeline_stages import block_seconds, rebalance_stages
+from engine.parallel.pipeline_stages import block_seconds, stage_boundaries
 from engine.parallel.plan import ParallelPlan
 from engine.pipeline import Pipeline
 
@@ -32,7 +32,7 @@ class ParallelFigures:
     single_first_frame_s: float | None
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # "rank r device" -> bytes
     switch_ms: dict[str, float] = field(default_factory=dict)  # offload: mean wait per stage boundary
-    stage_boundaries: tuple[int, ...] | None = None  # pipeline stages, after the rebalance
+    stage_boundaries: tuple[int, ...] | None = None  # pipeline stages, as balanced before the run
     rank_block_ms: list[float] = field(default_factory=list)  # pipeline stages: one forward's blocks, per rank
     note: str = ""
 
@@ -87,18 +87,6 @@ def _stage_figures(pipe: object, plan: ParallelPlan, figures: ParallelFigures) -
         figures.rank_block_ms = [round(1000 * sum(t for t in times if t is not None), 3) for times in per_rank]
 
 
-def _warm_and_rebalance(pipe: object, figures: ParallelFigures) -> None:
-    """Pipeline stages: a few chunks on the even split, then boundaries from their block times."""
-    warm = pipe.open_session()
-    warm.feed(torch.zeros(pipe.first_chunk_samples + 2 * pipe.frames_per_chunk * pipe.config.samples_per_frame)
-              .numpy())
-    warm.close_input()
-    while not warm.finished:
-        warm.step()
-    del warm
-    figures.stage_boundaries = rebalance_stages(pipe)
-
-
 def run_parallel_bench(plan: ParallelPlan, build: dict, device: str, seconds: float | None, chunks: int | None,
                        checkpoints: tuple[int, ...], single_threads: int | None,
                        compare: bool = True) -> tuple[BenchResult, ParallelFigures]:
@@ -108,7 +96,7 @@ def run_parallel_bench(plan: ParallelPlan, build: dict, device: str, seconds: fl
     figures = ParallelFigures(plan.describe(), plan.world_size, None, None, None, None)
     try:
         if plan.pipeline > 1:
-            _warm_and_rebalance(pipe, figures)
+            figures.stage_boundaries = pipe.call(stage_boundaries)[0]
         offload = getattr(pipe, "offload", None)
         if offload is not None:
             offload.measure = True

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from engine.parallel.disaggregate import DisaggregatedPipeline
 from engine.parallel.mirror import FollowerPipeline, Mirror, MirroredPipeline
 from engine.parallel.offload import Offloader
-from engine.parallel.pipeline_stages import StagePipeline
+from engine.parallel.pipeline_stages import StagePipeline, measure_and_rebalance
 from engine.parallel.plan import ParallelPlan
 from engine.parallel.ranks import RankGroup, RankSpec
 from engine.parallel.sequence import UlyssesShard
@@ -63,7 +63,8 @@ def build_rank(spec: RankSpec, rank: int) -> RankContext:
 def build_pipeline(plan: ParallelPlan, device: str = "cpu", **build: object) -> Pipeline | MirroredPipeline:
     """The engine ``plan`` describes, with ``Pipeline.from_config`` keywords (``name``, ``weights``,
     ``steps``, ``threads``, ...). Several ranks: started here, as subprocesses of this process;
-    ``close()`` the result to end them."""
+    ``close()`` the result to end them. Pipeline stages without given boundaries are balanced
+    from a short measured run first."""
     if plan.world_size == 1:
         pipe = local_pipeline(plan, device, build)
         if plan.offload:
@@ -77,4 +78,11 @@ def build_pipeline(plan: ParallelPlan, device: str = "cpu", **build: object) -> 
     except BaseException:
         group.abort("rank 0 could not build its share")
         raise
-    return MirroredPipeline(context.pipe, Mirror(group, context))
+    pipe = MirroredPipeline(context.pipe, Mirror(group, context))
+    if plan.pipeline > 1 and plan.boundaries is None:
+        try:
+            measure_and_rebalance(pipe)
+        except BaseException:
+            pipe.close()
+            raise
+    return pipe

@@ -7,8 +7,9 @@ micro-batches that flow from stage to stage: while stage 1 runs micro-batch 0, s
 micro-batch 1, so with as many rows as stages no stage idles after the first. The last stage
 applies the output layer and broadcasts the velocity, which every rank's sampler needs.
 
-Boundaries start even and are rebalanced from measured block times (``balance``: the split
-that makes the slowest stage fastest), while no session holds K/V of the old split.
+Boundaries are given, or start even and are rebalanced from the block times of a short warm-up
+run (``balance``: the split that makes the slowest stage fastest) before the engine serves;
+``rebalance`` moves them again later while no session holds K/V of the old split.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -193,3 +195,21 @@ def rebalance_stages(pipe: object) -> tuple[int, ...]:
     if pipe.open_sessions:
         raise RuntimeError(f"{pipe.open_sessions} sessions hold K/V of the current split: close them first")
     return pipe.call(rebalance)[0]
+
+
+def measure_and_rebalance(pipe: object, chunks: int = 2) -> tuple[int, ...]:
+    """A short silent session on the even split, then boundaries from its block times: what an
+    engine spread over stages does before it serves, unless its boundaries were given."""
+    warm = pipe.open_session()
+    warm.feed(np.zeros(pipe.first_chunk_samples + chunks * pipe.frames_per_chunk * pipe.config.samples_per_frame,
+                       np.float32))
+    warm.close_input()
+    while not warm.finished:
+        warm.step()
+    del warm
+    return rebalance_stages(pipe)
+
+
+def stage_boundaries(context: object) -> tuple[int, ...]:
+    """(On every rank) the boundaries this rank's stage follows."""
+    return context.pipe.models.dit.trunk.boundaries

@@ -5,15 +5,21 @@ one device, before and after a rebalance."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import itertools
 from pathlib import Path
 
 import pytest
-from parallel_helpers import OneDevice, assert_same_run, chunks_at_a_million, max_diff, run_sessions, save_living
+from parallel_helpers import (
+    OneDevice,
+    assert_same_run,
+    chunks_at_a_million,
+    deep_micro,
+    max_diff,
+    run_sessions,
+    save_living,
+)
 
-from engine.config import get_config
 from engine.parallel.build import build_pipeline
 from engine.parallel.pipeline_stages import balance, even_boundaries, rebalance_stages
 from engine.parallel.plan import ParallelPlan
@@ -21,12 +27,6 @@ from engine.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOLERANCE = 1e-4
-
-
-def deep_micro():
-    """``micro`` with four blocks, so that a rebalance has somewhere to move."""
-    cfg = get_config("micro")
-    return cfg.replace(dit=dataclasses.replace(cfg.dit, depth=4))
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def deep_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def engines(deep_weights: Path):
     build = dict(name=deep_micro(), weights=str(deep_weights), threads=1, guidance=2.0)
-    parallel = build_pipeline(ParallelPlan(pipeline=2, microbatches=2), **build)
+    parallel = build_pipeline(ParallelPlan(pipeline=2, microbatches=2, boundaries=(0, 2, 4)), **build)
     yield parallel, Pipeline.from_config(**build)
     assert parallel.close() == [0]
 
