@@ -299,10 +299,13 @@ class WorkerPool(EngineClient):
     async def _watchdog(self, interval_s: float = 0.25) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            now = time.monotonic()
             for link in list(self.links):
                 if not link.alive:
                     continue
+                link._readable()  # what the worker said while this loop was busy counts first
+                if not link.alive:
+                    continue
+                now = time.monotonic()
                 silent = now - link.last_heard > self.watchdog_s
                 stuck = link.stats is not None and link.stats.due and now - link.progress_at > self.watchdog_s
                 if silent or stuck:
