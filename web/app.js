@@ -4,9 +4,12 @@
 import { livePlots } from "./plots.js";
 
 const $ = (id) => document.getElementById(id);
+// Options come from the query and the fragment (the fragment wins). Links carry the token in the
+// fragment, which the browser never sends to the server: no token in access logs or Referer headers.
 const params = new URLSearchParams(location.search);
+for (const [key, value] of new URLSearchParams(location.hash.slice(1))) params.set(key, value);
 
-// `?session=ID&token=TOKEN` attaches to a session an agent created (examples/agent_echo.py prints
+// `#session=ID&token=TOKEN` attaches to a session an agent created (examples/agent_echo.py prints
 // such a link): the page is a viewer with a read-only event socket; the agent keeps control.
 const attached = params.get("session") && params.get("token")
   ? { session_id: params.get("session"), token: params.get("token"), ice_servers: [] } : null;
@@ -178,8 +181,10 @@ function watchFirstFrame(video) {
 
 function openControl(session) {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const role = state.attached ? "&role=observer" : "";
-  const ws = new WebSocket(`${scheme}://${location.host}/v1/sessions/${session.session_id}/control?token=${encodeURIComponent(session.token)}${role}`);
+  const role = state.attached ? "?role=observer" : "";
+  // The token travels as a subprotocol, not in the URL; the server answers with `avatar.v1`.
+  const ws = new WebSocket(`${scheme}://${location.host}/v1/sessions/${session.session_id}/control${role}`,
+    ["avatar.v1", `avatar.token.${session.token}`]);
   ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
   ws.onclose = (ev) => {
     if (state.ws === ws && state.session) log(`control socket closed (${ev.code}${ev.reason ? ` ${ev.reason}` : ""})`);
