@@ -112,7 +112,14 @@ class Settings(BaseModel):
     max_sdp_bytes: int = Field(32_768, ge=1024)
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
     max_text_chars: int = Field(2_000, ge=1)
-    max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image (decoded bytes)")
+    max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image file (bytes)")
+    max_image_side: int = Field(4096, ge=64, description="reference image width and height, read from its header")
+    max_image_pixels: int = Field(4096 * 4096, ge=4096, description="reference image pixels, read from its header")
+    client_sessions_per_minute: int = Field(30, ge=1, description="session creations per client in any 60 s")
+    client_max_unoffered: int = Field(4, ge=1, description="sessions of one client waiting for their offer")
+    proxy_headers: bool = Field(
+        False, description="trust X-Forwarded-For from 127.0.0.1 (a reverse proxy on this machine) for client limits"
+    )
     max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
     max_engine_backlog_s: float = Field(
         8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
@@ -132,7 +139,7 @@ class Settings(BaseModel):
     playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
     playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
 
-    offer_timeout_s: float = Field(30.0, gt=0, description="a created session that never gets an offer is reaped")
+    offer_timeout_s: float = Field(10.0, gt=0, description="a created session that never gets an offer is reaped")
     connect_timeout_s: float = Field(8.0, gt=0, description="offer answered but ICE/DTLS never connects")
     peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP or media from the peer for this long: it is gone")
     metrics_interval_s: float = Field(1.0, gt=0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import av
@@ -46,27 +45,9 @@ def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     return np.clip(pcm, -1.0, 1.0)
 
 
-def load_image(path: str | Path) -> np.ndarray:
-    """An image file (png/jpeg/webp/...) -> (H, W, 3) uint8."""
-    path = Path(path)
-    if not path.exists():
-        raise MediaError(f"image file not found: {path}")
-    return decode_image(path.read_bytes(), str(path))
-
-
 def save_png(path: str | Path, rgb: np.ndarray) -> None:
     """(H, W, 3) uint8 -> a PNG file."""
     codec = av.CodecContext.create("png", "w")
     codec.width, codec.height, codec.pix_fmt = rgb.shape[1], rgb.shape[0], "rgb24"
     packets = codec.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24"))
     Path(path).write_bytes(b"".join(bytes(p) for p in packets + codec.encode(None)))
-
-
-def decode_image(data: bytes, name: str = "image") -> np.ndarray:
-    """Encoded image bytes (png/jpeg/webp/...) -> (H, W, 3) uint8."""
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            frame = next(container.decode(video=0))
-            return frame.to_ndarray(format="rgb24")
-    except (av.error.FFmpegError, OSError, StopIteration, IndexError, ValueError) as exc:
-        raise MediaError(f"not a readable image: {name} ({exc.__class__.__name__})") from None

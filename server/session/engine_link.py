@@ -23,7 +23,8 @@ import numpy as np
 from engine.config import get_config
 from engine.frames import PublishedFrame
 from engine.media import piper
-from engine.media.audio_io import MediaError, decode_image
+from engine.media.audio_io import MediaError
+from engine.media.image import ImageLimits, ImageTooLarge, decode_image
 from engine.media.mp4 import Mp4Writer
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
@@ -40,6 +41,8 @@ __all__ = [
     "EngineLink",
     "FrameSink",
     "ImageError",
+    "ImageLimits",
+    "ImageTooLargeError",
     "Mp4Writer",
     "PublishedFrame",
     "QualityEvent",
@@ -55,6 +58,10 @@ ORIGIN_TOLERANCE_S = 0.004  # playout deadline moves smaller than this are not w
 
 class ImageError(ValueError):
     """A reference image the engine cannot read."""
+
+
+class ImageTooLargeError(ImageError):
+    """A reference image whose header declares more pixels than allowed; it was never decoded."""
 
 
 def sample_rate_of(config: str) -> int:
@@ -109,10 +116,13 @@ class Engine:
     def capacity(self) -> int:
         return self.client.capacity()
 
-    def decode_image(self, data: bytes) -> np.ndarray:
-        """A PNG/JPEG/WebP reference image as RGB uint8 (H, W, 3); :class:`ImageError` if unreadable."""
+    def decode_image(self, data: bytes, limits: ImageLimits) -> np.ndarray:
+        """A PNG/JPEG/WebP/GIF reference image as RGB uint8 (H, W, 3), its size checked from the
+        header first; :class:`ImageTooLargeError` over ``limits``, :class:`ImageError` if unusable."""
         try:
-            return decode_image(data)
+            return decode_image(data, limits)
+        except ImageTooLarge as exc:
+            raise ImageTooLargeError(str(exc)) from None
         except MediaError as exc:
             raise ImageError(str(exc)) from None
 

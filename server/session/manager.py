@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import secrets
-
-import numpy as np
 
 from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
 from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, EngineError, ImageError
+from server.session.engine_link import Engine, EngineError
 from server.session.reaper import SessionReaper
+from server.session.reference_image import ReferenceImages
 from server.session.session import AvatarSession
 from server.voice.tts import TTSBackend
 
@@ -37,6 +34,7 @@ class SessionManager:
         self.default_preset = default_preset
         self.sessions: dict[str, AvatarSession] = {}
         self.reaper = SessionReaper(self, settings)
+        self.images = ReferenceImages(engine, settings)
         self._closing: set[asyncio.Task] = set()
         metrics.sessions_active.set_function(lambda: len(self.sessions))
         metrics.playout_delay_seconds.set_function(self._mean_delay)
@@ -63,7 +61,7 @@ class SessionManager:
                 "bad_quality",
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(presets)}",
             )
-        image = self._reference_image(options)
+        image = await self.images.decode(options)
         if options.avatar is None and image is None:
             options = options.model_copy(update={"avatar": self.settings.default_avatar or self.engine.default_avatar})
         if image is None and options.avatar not in self.engine.avatars:
@@ -87,27 +85,10 @@ class SessionManager:
         self.metrics.sessions_created.inc()
         return session
 
-    def _reference_image(self, options: SessionCreate) -> np.ndarray | None:
-        """The decoded ``image`` option, or None; every way it can be wrong is a 4xx."""
-        if options.image is None:
-            return None
-        if options.avatar is not None:
-            raise ApiError(400, "bad_image", "give either avatar or image, not both")
-        if not self.engine.info.accepts_images:
-            raise ApiError(400, "bad_image", f"the {self.engine.info.config} engine draws bundled avatars only")
-        try:
-            data = base64.b64decode(options.image, validate=True)
-        except (binascii.Error, ValueError):
-            raise ApiError(400, "bad_image", "image is not valid base64") from None
-        if len(data) > self.settings.max_image_bytes:
-            raise ApiError(413, "image_too_large", f"image over {self.settings.max_image_bytes} bytes")
-        try:
-            image = self.engine.decode_image(data)
-        except ImageError as exc:
-            raise ApiError(400, "bad_image", str(exc)) from None
-        if min(image.shape[:2]) < 64:
-            raise ApiError(400, "bad_image", f"image is {image.shape[1]}x{image.shape[0]}; need at least 64x64")
-        return image
+    def waiting_for_offer(self, session_id: str) -> bool:
+        """Whether a session holds its slot with no peer yet (it counts against its client's limit)."""
+        session = self.sessions.get(session_id)
+        return session is not None and not session.closing and session.pc is None and not session.connected.is_set()
 
     def get(self, session_id: str, token: str | None) -> AvatarSession:
         session = self.sessions.get(session_id)

@@ -1,0 +1,54 @@
+"""The ``image`` option of a new session, from base64 to an RGB frame, every failure a 4xx.
+
+Decoding is the one costly step of creating a session: it runs off the event loop, at most
+:data:`DECODERS` at a time, each bounded by the decoded-size limits read from the image's header
+before it starts (``max_image_side`` and ``max_image_pixels``), so concurrent requests cannot
+multiply the memory an image may take or stall the media of running sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+
+import numpy as np
+
+from server.api.errors import ApiError
+from server.api.protocol import SessionCreate
+from server.config import Settings
+from server.session.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError
+
+DECODERS = 2
+MIN_SIDE = 64  # smaller references carry too little of a face to animate
+
+
+class ReferenceImages:
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self._engine = engine
+        self._max_bytes = settings.max_image_bytes
+        self._limits = ImageLimits(settings.max_image_side, settings.max_image_pixels, MIN_SIDE)
+        self._slots = asyncio.Semaphore(DECODERS)
+
+    async def decode(self, options: SessionCreate) -> np.ndarray | None:
+        """The decoded ``image`` option, or None when the session names no image."""
+        if options.image is None:
+            return None
+        if options.avatar is not None:
+            raise ApiError(400, "bad_image", "give either avatar or image, not both")
+        info = self._engine.info
+        if not info.accepts_images:
+            raise ApiError(400, "bad_image", f"the {info.config} engine draws bundled avatars only")
+        try:
+            data = base64.b64decode(options.image, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "bad_image", "image is not valid base64") from None
+        if len(data) > self._max_bytes:
+            raise ApiError(413, "image_too_large", f"image over {self._max_bytes} bytes")
+        try:
+            async with self._slots:
+                return await asyncio.to_thread(self._engine.decode_image, data, self._limits)
+        except ImageTooLargeError as exc:
+            raise ApiError(413, "image_too_large", str(exc)) from None
+        except ImageError as exc:
+            raise ApiError(400, "bad_image", str(exc)) from None
