@@ -121,7 +121,7 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
 async def serving(app, settings: Settings) -> AsyncIterator[Running]:
     """``app`` on uvicorn in this process, on an ephemeral loopback port, until the block ends."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                            ws_max_size=settings.max_control_bytes + 4096)
+                            ws_max_size=settings.max_control_bytes + 4096, proxy_headers=settings.proxy_headers)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -136,6 +136,18 @@ async def serving(app, settings: Settings) -> AsyncIterator[Running]:
         finally:
             server.should_exit = True
             await asyncio.wait_for(task, 20)
+
+
+async def admitted_session(srv: Running, body: dict | None = None) -> dict:
+    """``POST /v1/sessions`` (201 asserted), retried while the engine answers 503: a slot freed a
+    moment ago takes the engine's capacity a moment to count."""
+    for _ in range(50):
+        res = await srv.http.post("/v1/sessions", json=body or {})
+        if res.status_code != 503:
+            break
+        await asyncio.sleep(0.1)
+    assert res.status_code == 201, res.text
+    return res.json()
 
 
 def free_port() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
@@ -11,8 +12,10 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConn
 from server.config import IceServer
 from server.media.sdp import BadOffer, check_offer
 
-__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "last_rtcp_age"]
+__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "last_rtcp_age",
+           "remote_streams"]
 log = logging.getLogger(__name__)
+CLOSE_TIMEOUT_S = 5.0  # a healthy close takes milliseconds
 
 
 def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
@@ -56,19 +59,33 @@ async def answer_ingest(pc: RTCPeerConnection, offer: RTCSessionDescription) -> 
     return await _local_answer(pc)
 
 
-async def close_peer(pc: RTCPeerConnection) -> None:
-    """``pc.close()``, which raises when a transceiver has no transport (an offer that failed half
-    applied) and then leaves the other transports' sockets open; the session closes anyway."""
+async def close_peer(pc: RTCPeerConnection, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """``pc.close()``, bounded, and the peer's sockets freed whatever happens.
+
+    aiortc's close raises when a transceiver has no transport (an offer that failed half applied),
+    and never returns when a receiver's RTCP task has died: a peer that sends from enough unannounced
+    SSRCs grows the receiver report past SRTP's buffer, and close then waits on that task forever.
+    The session must close (and free its slot) either way.
+    """
     try:
-        await pc.close()
-    except Exception:
-        log.warning("closing a peer connection failed; stopping its transports one by one", exc_info=True)
-        for transceiver in pc.getTransceivers():
-            dtls = transceiver.receiver.transport
-            if dtls is not None:
-                with contextlib.suppress(Exception):
-                    await dtls.stop()
-                    await dtls.transport.stop()
+        await asyncio.wait_for(pc.close(), timeout_s)
+        return
+    except Exception as exc:
+        log.warning("closing a peer connection failed (%s: %s); stopping its parts one by one",
+                    exc.__class__.__name__, exc)
+    for transceiver in pc.getTransceivers():
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(transceiver.sender.stop(), 1.0)
+        dtls = transceiver.receiver.transport
+        if dtls is not None:
+            with contextlib.suppress(Exception):
+                await dtls.stop()
+                await dtls.transport.stop()
+
+
+def remote_streams(pc: RTCPeerConnection) -> int:
+    """How many SSRCs the peer sent media from in the last 10 s (a browser: one per track, two with RTX)."""
+    return sum(len(receiver.getSynchronizationSources()) for receiver in pc.getReceivers())
 
 
 async def last_rtcp_age(pc: RTCPeerConnection) -> float | None:

@@ -9,13 +9,16 @@ import time
 from typing import TYPE_CHECKING
 
 from server.config import Settings
-from server.media.peer import last_rtcp_age
+from server.media.peer import last_rtcp_age, remote_streams
 
 if TYPE_CHECKING:
     from server.session.manager import SessionManager
     from server.session.session import AvatarSession
 
 log = logging.getLogger(__name__)
+# A browser sends from 1-3 SSRCs (audio, video, its RTX). aiortc keeps statistics for every SSRC a
+# peer sends from and reports them all: a peer inventing SSRCs grows memory and the report.
+MAX_REMOTE_STREAMS = 16
 
 
 class SessionReaper:
@@ -63,6 +66,8 @@ class SessionReaper:
             return f"peer_{pc.connectionState}"
         if pc.connectionState != "connected":
             return "connect_timeout" if now - (times.offered_at or now) > s.connect_timeout_s else None
+        if remote_streams(pc) > MAX_REMOTE_STREAMS:
+            return "peer_misbehaving"
         heard = times.last_heard_at or now
         age = await last_rtcp_age(pc)
         if age is not None:

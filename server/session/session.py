@@ -23,7 +23,7 @@ from server.config import Mode, Settings
 from server.media.broadcast import Broadcast
 from server.media.clock import MonotonicClock
 from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
-from server.media.peer import answer, answer_ingest, create_peer
+from server.media.peer import answer, answer_ingest, close_peer, create_peer
 from server.media.playout import PlayoutBuffer
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
@@ -240,7 +240,7 @@ class AvatarSession:
             await asyncio.to_thread(self.recorder.close)
         t_rec = time.monotonic()
         if self.pc is not None:
-            await self.pc.close()
+            await close_peer(self.pc)
         await self.viewers.close()
         t_pc = time.monotonic()
         others = [t for t in self._tasks if t is not current]

@@ -1,0 +1,51 @@
+"""The reaper's verdicts on a fake clock: the offer timeout that frees a hoarded slot (10 s by
+default), and a peer sending from more SSRCs than any real client."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from server.config import Settings
+from server.session.reaper import MAX_REMOTE_STREAMS, SessionReaper
+
+
+def session(pc=None, created_at: float = 100.0) -> SimpleNamespace:
+    times = SimpleNamespace(created_at=created_at, offered_at=created_at, last_heard_at=created_at)
+    return SimpleNamespace(closing=False, liveness=times, pc=pc, viewers=())
+
+
+class Receiver:
+    def __init__(self, sources: int) -> None:
+        self.sources = sources
+
+    def getSynchronizationSources(self) -> list[int]:
+        return list(range(self.sources))
+
+
+class Peer:
+    connectionState = "connected"
+
+    def __init__(self, *sources: int) -> None:
+        self.receivers = [Receiver(n) for n in sources]
+
+    def getReceivers(self) -> list[Receiver]:
+        return self.receivers
+
+    def getSenders(self) -> list:
+        return []
+
+
+async def test_a_session_without_an_offer_frees_its_slot_after_ten_seconds():
+    assert Settings().offer_timeout_s == 10.0
+    reaper = SessionReaper(None, Settings())
+    assert await reaper.reason_to_reap(session(), now=109.9) is None
+    assert await reaper.reason_to_reap(session(), now=110.1) == "no_offer"
+    short = SessionReaper(None, Settings(offer_timeout_s=2.0))
+    assert await short.reason_to_reap(session(), now=102.5) == "no_offer"
+
+
+async def test_a_peer_sending_from_too_many_ssrcs_is_reaped():
+    reaper = SessionReaper(None, Settings())
+    assert await reaper.reason_to_reap(session(Peer(1, 2)), now=101.0) is None  # audio, video and its RTX
+    flood = Peer(1, MAX_REMOTE_STREAMS)
+    assert await reaper.reason_to_reap(session(flood), now=101.0) == "peer_misbehaving"
