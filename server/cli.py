@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 
+from server.api.redact import install_redaction
 from server.config import ENV_PREFIX, Settings
 
 FLAGS: list[tuple[str, str, dict[str, Any]]] = [
@@ -80,11 +81,15 @@ def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) ->
         ws_max_size=settings.max_control_bytes + 4096,
         ws_ping_interval=5.0,
         ws_ping_timeout=5.0,
+        # X-Forwarded-For decides whom the client limits count against, so it is trusted only when
+        # asked: by the settings (a reverse proxy here) or by naming the forwarders (a cluster node).
+        proxy_headers=settings.proxy_headers or "forwarded_allow_ips" in extra,
         **extra,
     )
 
 
 def serve(args: argparse.Namespace) -> int:
+    install_redaction()  # before any log line: no token in them, whichever app runs
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -25,8 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.errors import ApiError
+from server.api.json_errors import JsonErrors
+from server.api.limits import ClientLimits, client_key
 from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
+from server.api.redact import install_redaction
 from server.api.whip import create_router as whip_router
 from server.config import Settings
 from server.media import ice_network
@@ -74,6 +77,8 @@ def create_app(
     settings: Settings | None = None, engine: Engine | None = None, speech: TTSBackend | None = None
 ) -> FastAPI:
     settings = settings or Settings.from_env()
+    install_redaction()
+    limits = ClientLimits(settings.client_sessions_per_minute, settings.client_max_unoffered, settings.offer_timeout_s)
     metrics = ServerMetrics()
 
     @contextlib.asynccontextmanager
@@ -110,8 +115,8 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        headers = {"Retry-After": "5"} if exc.status == 503 else None
-        return _error(exc.status, exc.code, exc.message, headers)
+        retry = exc.retry_after if exc.retry_after is not None else 5 if exc.status == 503 else None
+        return _error(exc.status, exc.code, exc.message, None if retry is None else {"Retry-After": str(retry)})
 
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError) -> JSONResponse:
@@ -198,7 +203,12 @@ def create_app(
     async def create_session(request: Request, body: SessionCreate | None = None) -> SessionCreated:
         if settings.auth_token is not None and _bearer(request) != settings.auth_token:
             raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
-        session = await manager(request).create(body or SessionCreate())
+        m = manager(request)
+        client = client_key(request.client.host if request.client else None,
+                            _bearer(request) if settings.auth_token is not None else None)
+        with limits.admitted(client, m.waiting_for_offer) as created:
+            session = await m.create(body or SessionCreate())
+            created(session.id)
         return SessionCreated(
             session_id=session.id,
             token=session.token,
@@ -267,4 +277,5 @@ def create_app(
     app.include_router(whip_router())
     allow_origins(app, settings.cors_origins)
     ice_network.configure(ice_network.IceNetwork.of(settings))
+    app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too
     return app

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
 
 
 class ControlError(Exception):

@@ -10,12 +10,15 @@ for its offer" are passed in.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from server.api.errors import ApiError
 
 WINDOW_S = 60.0
 PRUNE_AT = 1024  # clients tracked before idle ones are dropped (then twice as many as remain)
@@ -89,6 +92,19 @@ class ClientLimits:
         client.creating = max(0, client.creating - 1)
         if session_id is not None:
             client.unoffered[session_id] = self._clock()
+
+    @contextlib.contextmanager
+    def admitted(self, key: str, waiting: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
+        """Around one creation: ``429 rate_limited`` (with Retry-After) if refused; the block calls
+        what it is given with the new session's id, and the creation is settled however it ends."""
+        refusal = self.admit(key, waiting)
+        if refusal is not None:
+            raise ApiError(429, "rate_limited", refusal.message, retry_after=refusal.retry_after_s)
+        created: list[str] = []
+        try:
+            yield created.append
+        finally:
+            self.settle(key, created[0] if created else None)
 
     def forget_idle(self) -> None:
         """Drop what can no longer count: creations out of the window, sessions past their offer

@@ -29,7 +29,15 @@ def redact(text: str) -> str:
 
 
 def _redact_value(value: Any) -> Any:
-    return redact(value) if isinstance(value, str) else value
+    """A string redacted; an object whose text holds a token (httpx logs URL objects) as that
+    text redacted; anything else (numbers above all) untouched."""
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, int | float):
+        return value
+    text = str(value)
+    cleaned = redact(text)
+    return value if cleaned == text else cleaned
 
 
 def redact_record(record: logging.LogRecord) -> logging.LogRecord:

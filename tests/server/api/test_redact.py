@@ -47,6 +47,15 @@ def test_records_keep_argument_types_and_lose_tokens_in_tracebacks():
     assert "ValueError" in text and SECRET not in text
 
 
+def test_objects_whose_text_holds_a_token_are_redacted_and_numbers_kept():
+    class Url:
+        def __str__(self) -> str:
+            return f"http://h/?session=s_1&token={SECRET}"
+
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "GET %s %d %.1f", (Url(), 200, 0.5), None)
+    assert redact_record(record).getMessage() == "GET http://h/?session=s_1&token=[redacted] 200 0.5"
+
+
 def test_installed_redaction_covers_any_logger(caplog):
     install_redaction()
     install_redaction()  # idempotent: one wrapper, not two

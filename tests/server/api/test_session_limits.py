@@ -1,0 +1,50 @@
+"""Per-client session limits through the API: 429 rate_limited with Retry-After for too many
+creations a minute or too many sessions waiting for their offer; X-Forwarded-For counts only
+when the server is told a proxy sets it."""
+
+from __future__ import annotations
+
+import pytest
+from server_helpers import make_settings, running_server
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def refused(res, words: str) -> int:
+    assert res.status_code == 429, res.text
+    error = res.json()["error"]
+    assert error["code"] == "rate_limited" and words in error["message"]
+    return int(res.headers["retry-after"])
+
+
+async def delete(srv, session: dict) -> None:
+    res = await srv.http.delete(f"/v1/sessions/{session['session_id']}",
+                                headers={"Authorization": f"Bearer {session['token']}"})
+    assert res.status_code == 204
+
+
+async def test_a_loop_is_refused_with_retry_after_and_a_spoofed_forwarded_for_does_not_help():
+    limits = make_settings(max_sessions=8, client_sessions_per_minute=3, client_max_unoffered=2)
+    async with running_server(limits, config="puppet") as srv:
+        first = (await srv.http.post("/v1/sessions", json={})).json()
+        second = (await srv.http.post("/v1/sessions", json={})).json()
+        wait = refused(await srv.http.post("/v1/sessions", json={}), "waiting for their offer")
+        assert 1 <= wait <= 10  # the oldest is reaped at the 10 s offer timeout
+        spoofed = await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": "203.0.113.7"})
+        refused(spoofed, "waiting for their offer")
+        await delete(srv, first)
+        third = await srv.http.post("/v1/sessions", json={})
+        assert third.status_code == 201  # a slot of its own freed: the third creation of the minute
+        await delete(srv, second)
+        wait = refused(await srv.http.post("/v1/sessions", json={}), "3 a minute")
+        assert 50 <= wait <= 60
+        assert (await srv.http.get("/healthz")).json()["sessions"] == 1
+
+
+async def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client():
+    limits = make_settings(max_sessions=8, client_sessions_per_minute=1, proxy_headers=True)
+    async with running_server(limits, config="puppet") as srv:
+        for address in ("203.0.113.7", "203.0.113.8"):
+            res = await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": address})
+            assert res.status_code == 201, res.text
+        refused(await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": "203.0.113.7"}), "a minute")
