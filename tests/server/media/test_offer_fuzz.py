@@ -82,3 +82,25 @@ async def test_mutated_live_offers_connect_or_are_reaped_and_leave_nothing_behin
     await asyncio.sleep(0.1)
     assert not errors, [e.get("message") for e in errors]
     assert outcomes["connected"] and outcomes["connected"] + outcomes["reaped"] == len(names), outcomes
+
+
+async def test_offers_that_crashed_aiortc_are_400_bad_sdp_through_the_api(monkeypatch):
+    loopback_only(monkeypatch)
+    base = await aiortc_offer()
+    broken = {
+        "a=fmtp without its a=rtpmap": base.replace("a=rtpmap:98 rtx/90000\r\n", ""),  # StopIteration: was a 500
+        "NUL in a line": base.replace("a=mid:0", "a=mid:\0"),
+        "unknown fingerprint algorithms": base.replace("sha-", "sha3-"),
+        "BUNDLE naming a missing mid": base.replace("a=mid:1", "a=mid:7"),
+        "no direction": base.replace("a=recvonly\r\n", ""),
+    }
+    assert all(sdp != base for sdp in broken.values())
+    async with running_server(make_settings(max_sessions=2), config="puppet") as srv:
+        for what, sdp in broken.items():
+            session = await admitted_session(srv)
+            res = await srv.http.post(f"/v1/sessions/{session['session_id']}/offer",
+                                      json={"sdp": sdp, "type": "offer"},
+                                      headers={"Authorization": f"Bearer {session['token']}"})
+            assert res.status_code == 400 and res.json()["error"]["code"] == "bad_sdp", (what, res.text)
+        assert await wait_until(lambda: not srv.manager.sessions and not session_tasks(), 10)
+        assert (await srv.http.get("/healthz")).status_code == 200
