@@ -250,6 +250,7 @@ class WorkerPool(EngineClient):
         self.links: list[WorkerLink] = []
         self.info: EngineInfo | None = None
         self.restarts = 0
+        self.replaced: asyncio.Queue[WorkerLink] = asyncio.Queue()  # replacement workers, once they serve
         self.lost = 0
         self._closing = False
         self._watch: asyncio.Task | None = None
@@ -294,7 +295,10 @@ class WorkerPool(EngineClient):
             return
         self.restarts += 1
         log.info("starting a replacement for engine worker %d", old.index)
-        self.links[old.index] = self._launch(old.index)
+        self.links[old.index] = link = self._launch(old.index)
+        await link.ready.wait()
+        if link.alive:
+            self.replaced.put_nowait(link)
 
     async def _watchdog(self, interval_s: float = 0.25) -> None:
         while True:
