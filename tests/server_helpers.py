@@ -17,6 +17,7 @@ import aioice.ice
 import av
 import httpx
 import numpy as np
+import torch
 import uvicorn
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
@@ -46,8 +47,10 @@ def engine_pipeline(config: str = "tiny") -> Pipeline:
 
 
 @functools.cache
-def measured_costs(config: str = "tiny") -> CostModel:
-    """The engine's batch costs, measured once per test run (as a worker does at start-up)."""
+def measured_costs(config: str = "tiny", threads: int = 0) -> CostModel:
+    """The engine's batch costs on ``threads`` torch threads, measured once per test run (as a
+    worker does at start-up): costs measured on two threads would over-state what an engine
+    running on one can hold."""
     from engine.service.worker import calibrate
 
     pipe = engine_pipeline(config)
@@ -63,7 +66,7 @@ def loaded_engine(config: str = "tiny", warm_up: bool = False) -> Engine:
     options = WorkerOptions(config=config, warm_up=warm_up)
 
     def load(opts: WorkerOptions) -> EngineCore:
-        return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config)))
+        return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config, torch.get_num_threads())))
 
     return Engine(WorkerPool(options, kind="inprocess", load=load))
 
