@@ -12,6 +12,14 @@ more session still fit?"), so ``estimate`` fills the gaps from what was measured
 3. the mean of the same-size estimates of the other measured keys of the same kind (by
    default a tuple key's first part: ``("N", 3, True)`` is of kind ``"N"``);
 4. ``prior_s`` per session, ``prior_s * n`` (no batching gain assumed), when nothing fits.
+
+Costs measured at start-up (``set_baseline``) keep their shape across batch sizes, but the
+machine's speed moves under them: on a CPU the web process's encoders and WebRTC stack take
+cores from the engine once sessions stream, so a live batch of 1 runs slower than it did at
+calibration, and the batch of 2 nobody has run since would look as cheap as it did then.
+After a baseline is set, every observation of a baselined key and size also updates one
+``load`` factor (observed / baseline, EWMA), and keys with a baseline are estimated as
+``baseline × load``: what a size not run lately costs follows what the sizes run now cost.
 """
 
 from __future__ import annotations
@@ -93,21 +101,40 @@ class CostModel:
     """
 
     def __init__(self, *, alpha: float = 0.2, prior_s: float | None = None,
-                 kind: Callable[[Hashable], Hashable] = kind_of) -> None:
+                 kind: Callable[[Hashable], Hashable] = kind_of, load_alpha: float = 0.05) -> None:
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if prior_s is not None and prior_s < 0:
             raise ValueError(f"prior_s must be non-negative, got {prior_s}")
+        if not 0 < load_alpha <= 1:
+            raise ValueError(f"load_alpha must be in (0, 1], got {load_alpha}")
         self.alpha = alpha
         self.prior_s = prior_s
         self.kind = kind
+        self.load_alpha = load_alpha
         self._costs: dict[Hashable, dict[int, _Ewma]] = {}
         self._stages: dict[tuple[Hashable, int], dict[str, _Ewma]] = {}
+        self._baseline: dict[Hashable, dict[int, float]] = {}
+        self._load = _Ewma()
+
+    def set_baseline(self) -> None:
+        """What was measured so far (start-up calibration) becomes the baseline; load restarts at 1."""
+        self._baseline = {key: {b: e.value for b, e in points.items() if e.count}
+                          for key, points in self._costs.items()}
+        self._load = _Ewma()
+
+    @property
+    def load(self) -> float:
+        """How much slower (> 1) or faster than at calibration the engine runs now."""
+        return self._load.value if self._load.count else 1.0
 
     def observe(self, cost_key: Hashable, batch_size: int, seconds: float) -> None:
         """One batched call of ``batch_size`` sessions took ``seconds`` end to end."""
         _check(batch_size, seconds)
         self._costs.setdefault(cost_key, {}).setdefault(batch_size, _Ewma()).add(seconds, self.alpha)
+        base = self._baseline.get(cost_key, {}).get(batch_size)
+        if base:
+            self._load.add(seconds / base, self.load_alpha)
 
     def observe_stages(self, cost_key: Hashable, batch_size: int, stages: Mapping[str, float]) -> None:
         """Where the seconds of one call went, per stage (for metrics; estimates use ``observe``)."""
@@ -122,6 +149,9 @@ class CostModel:
         return point.count if point else 0
 
     def _measured(self, cost_key: Hashable, batch_size: int) -> float | None:
+        base = self._baseline.get(cost_key)
+        if base:
+            return from_measured(base, batch_size) * self.load
         points = self._costs.get(cost_key)
         if not points:
             return None
@@ -160,4 +190,5 @@ class CostModel:
                          for b, e in sorted(points.items())}
             for key, points in self._costs.items()
         }
-        return {"costs": costs, "stage_ms": {k: round(v, 3) for k, v in self.stage_ms().items()}}
+        return {"costs": costs, "stage_ms": {k: round(v, 3) for k, v in self.stage_ms().items()},
+                "load": round(self.load, 3)}

@@ -150,7 +150,7 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
     """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
     each batch size, so the capacity figure and the scheduler's estimates are measured before
     the first real session arrives. Batches are formed here, not by the scheduler: it can only
-    learn that a batch pays once one has run."""
+    learn that a batch pays once one has run. What it measured becomes the costs' baseline."""
     info = core.info
     for preset, size in itertools.product(core.presets, sizes):
         names = [f"_calibrate{preset}{size}_{i}" for i in range(size)]
@@ -173,6 +173,7 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
             for name in names:
                 core.close(name)
     core.batches = core.batched_sessions = 0
+    core.costs.set_baseline()
 
 
 class Worker:

@@ -66,6 +66,7 @@ def worker_json(w) -> dict:
         "session_ids": list(w.session_ids),
         "capacity": w.capacity,
         "batch_mean": stats.batch_mean if stats else 0.0,
+        "load": float(stats.costs.get("load", 1.0)) if stats else 1.0,
         "chunk_ms": stats.chunk_ms if stats else {},
         "quality_levels": stats.quality_levels if stats else {},
         "quality_changes": stats.quality_changes if stats else {},

@@ -40,6 +40,10 @@ class ServerMetrics:
         self.engine_batch_mean = Gauge(
             "avatar_engine_batch_mean", "Mean sessions per batched engine call", ["worker"], registry=r
         )
+        self.engine_load = Gauge(
+            "avatar_engine_load", "Engine speed now against its start-up calibration (>1: slower)", ["worker"],
+            registry=r,
+        )
         self.engine_chunk_ms = Gauge(
             "avatar_engine_chunk_ms", "Engine time per chunk and stage, per session", ["worker", "stage"], registry=r
         )
@@ -95,6 +99,7 @@ class ServerMetrics:
             if stats is None:
                 continue
             self.engine_batch_mean.labels(label).set(stats.batch_mean)
+            self.engine_load.labels(label).set(float(stats.costs.get("load", 1.0)))
             for stage, ms in stats.chunk_ms.items():
                 self.engine_chunk_ms.labels(label, stage).set(ms)
             levels: dict[int, int] = {}

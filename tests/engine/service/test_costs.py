@@ -119,7 +119,36 @@ def test_snapshot_is_json_with_estimates_counts_and_stages() -> None:
     assert snap == {
         "costs": {"N/3/True": {"1": {"estimate_ms": 10.0, "count": 2}, "2": {"estimate_ms": 12.5, "count": 1}}},
         "stage_ms": {"dit": 6.0},
+        "load": 1.0,
     }
+
+
+def test_a_slower_machine_scales_the_sizes_not_run_since_calibration() -> None:
+    """Calibration measured batches of 1 and 2; live, only batches of 1 run, 50% slower (the web
+    process took a core): the batch of 2 is estimated 50% dearer too, keeping its batching gain."""
+    costs = CostModel(alpha=0.5, load_alpha=0.5)
+    costs.observe("N", 1, 0.010)
+    costs.observe("N", 2, 0.016)
+    costs.set_baseline()
+    assert costs.load == 1.0
+    for _ in range(30):
+        costs.observe("N", 1, 0.015)
+    assert costs.load == pytest.approx(1.5)
+    assert costs.estimate("N", 1) == pytest.approx(0.015)
+    assert costs.estimate("N", 2) == pytest.approx(0.024)
+    assert costs.estimate("N", 4) == pytest.approx(1.5 * from_measured({1: 0.010, 2: 0.016}, 4))
+    assert costs.snapshot()["load"] == 1.5
+
+
+def test_keys_without_a_baseline_use_their_own_measurements() -> None:
+    costs = CostModel(alpha=1.0)
+    costs.observe("N", 1, 0.010)
+    costs.set_baseline()
+    costs.observe("I", 1, 0.004)  # first seen after calibration: measured, not scaled
+    costs.observe("N", 1, 0.020)
+    assert costs.load == pytest.approx(2.0)
+    assert costs.estimate("I", 1) == pytest.approx(0.004)
+    assert costs.estimate("N", 1) == pytest.approx(0.020)
 
 
 def test_kind_and_label_of_keys() -> None:

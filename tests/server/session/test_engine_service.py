@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 
@@ -53,6 +54,9 @@ async def test_a_session_streams_through_a_subprocess_worker(monkeypatch):
             assert await wait_until(lambda: live.id in srv.manager.engine.workers()[0].stats.quality_levels, 2)
             metrics = (await srv.http.get("/metrics")).text
             assert 'avatar_engine_sessions{worker="0"} 1.0' in metrics
+            load = float(re.search(r'avatar_engine_load\{worker="0"\} ([0-9.e+-]+)', metrics).group(1))
+            assert 0.2 < load < 20, "the worker's live speed against its calibration"
+            assert view["load"] == pytest.approx(load, rel=0.5)
 
 
 async def test_a_killed_worker_costs_only_its_own_sessions(monkeypatch):
