@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+	# The face models (tflite files from the mediapipe wheel), into ~/.cache/avatar/face-models once.
+	$(PY) -m engine.face.models >/dev/null
 
 # Debian packages: installed when missing (root or sudo), else one line naming the command.
 system-run:

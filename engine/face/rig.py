@@ -1,0 +1,518 @@
+"""Animate a face photo by warping its own pixels: ``PhotoRig.from_photo(crop, face).render(motion)``.
+
+Per frame, ``FaceMotion`` displaces the landmarks (the lower lip, chin and jaw drop by
+``jaw_open`` times a mouth-height scale taken from the face; the lip corners move out or
+in with ``mouth_width``; the upper lids close onto the lower lids with ``blink``; the head
+turns rigidly in 3-D with the landmarks' own depth for yaw/pitch/roll and shifts by
+tx/ty). Two rings of control points around the face oval carry part of the head motion
+(the inner ring) and none of it (the outer ring), so the neck, hair edge and shoulders
+stretch smoothly and everything beyond the outer ring stays the photo's own pixels.
+
+The backward warp is piecewise affine over a fixed triangulation of those points plus the
+frame border (Delaunay, computed once on the mouth-open configuration so that the lip
+gap has triangles of its own). Each frame it is evaluated on a 2-pixel grid by locating
+every grid point in the displaced mesh (a vectorised walk from its triangle at rest),
+upsampled, and applied with ``cv2.remap``; then the mouth interior (a shaded dark cavity
+with a band of teeth under the upper lip and, opened wider, above the lower lip) is
+painted between the displaced inner lip contours through a feathered mask. Pixels the
+motion leaves in place are copied, so a neutral motion returns the crop bit-exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from engine.face.landmarks import (
+    FACE_OVAL,
+    LEFT_BROW,
+    LEFT_EYE_LOWER,
+    LEFT_EYE_UPPER,
+    LEFT_LID_CREASE,
+    LIPS_INNER_LOWER,
+    LIPS_INNER_UPPER,
+    LIPS_OUTER_LOWER,
+    LIPS_OUTER_UPPER,
+    LOWER_LIP_CENTER,
+    MOUTH_CORNERS,
+    NUM_LANDMARKS,
+    RIGHT_BROW,
+    RIGHT_EYE_LOWER,
+    RIGHT_EYE_UPPER,
+    RIGHT_LID_CREASE,
+    Face,
+)
+
+JAW_SCALE = 0.42  # lip gap added at jaw_open = 1, as a fraction of the mouth width
+WIDTH_SCALE = 0.16  # lip-corner travel at |mouth_width| = 1, as a fraction of half the mouth width
+LID_TRAVEL = 0.92  # how far the upper lid goes towards the lower one at blink = 1
+LOWER_LID_TRAVEL = 0.06
+CREASE_FOLLOW = 0.4  # the lid skin above the lid follows it by this fraction
+INNER_RING, OUTER_RING = 1.18, 1.5  # rings around the face oval (scale about its centre)
+INNER_RING_FOLLOW = 0.6  # share of the head motion the inner ring takes
+GRID = 2  # the warp is evaluated every GRID pixels and interpolated
+DEPTH_SCALE = 0.6
+CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
+RING_JAW_FOLLOW = 0.6  # the inner ring below the chin drops this fraction of the chin's drop
+MIN_SPACING = 0.022  # mesh landmarks besides the contours, at least this far apart (fraction of the frame)
+# Contours always in the mesh: lips, lids, the lid skin above them, brows, the face oval, the nose tip.
+CONTOURS = tuple(
+    dict.fromkeys(
+        LIPS_OUTER_UPPER + LIPS_OUTER_LOWER + LIPS_INNER_UPPER + LIPS_INNER_LOWER + RIGHT_EYE_UPPER
+        + RIGHT_EYE_LOWER + LEFT_EYE_UPPER + LEFT_EYE_LOWER + RIGHT_LID_CREASE + LEFT_LID_CREASE + RIGHT_BROW
+        + LEFT_BROW + FACE_OVAL + (1,)
+    )
+)
+
+
+@dataclass(frozen=True)
+class FaceMotion:
+    """One frame of face motion; all zero is the photo at rest.
+
+    jaw_open in [0, 1] (1: a wide-open "aa"), mouth_width in [-1, 1] (rounded "oo" ..
+    wide "ee"), blink in [0, 1] (1: closed), yaw/pitch/roll in radians (small, |a| < 0.3;
+    positive yaw moves the nose towards image +x, positive pitch moves it down, positive
+    roll turns the head clockwise on screen), tx/ty as fractions of the frame size.
+    """
+
+    jaw_open: float = 0.0  # lips apart, 0 .. 1
+    mouth_width: float = 0.0  # -1 rounded .. 1 wide
+    blink: float = 0.0  # 0 open .. 1 closed
+    yaw: float = 0.0  # radians
+    pitch: float = 0.0  # radians
+    roll: float = 0.0  # radians
+    tx: float = 0.0  # fraction of the frame width
+    ty: float = 0.0  # fraction of the frame height
+
+
+def _clip(v: float, lo: float, hi: float) -> float:
+    return float(min(max(float(v), lo), hi))
+
+
+def _smoothstep(x: np.ndarray | float) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3 - 2 * x)
+
+
+def _mesh_subset(xy: np.ndarray, spacing: float) -> np.ndarray:
+    """Indices of the landmarks the warp mesh uses: the contours, then others at least ``spacing`` apart."""
+    keep = list(CONTOURS)
+    chosen = xy[keep]
+    for i in range(len(xy)):
+        if i in keep:
+            continue
+        if np.min(np.linalg.norm(chosen - xy[i], axis=1)) >= spacing:
+            keep.append(i)
+            chosen = np.vstack([chosen, xy[i]])
+    return np.array(keep, np.int32)
+
+
+def _delaunay(points: np.ndarray, size: int) -> np.ndarray:
+    """(T, 3) vertex indices of the Delaunay triangulation of distinct points inside the frame."""
+    sub = cv2.Subdiv2D((-2, -2, size + 4, size + 4))
+    for p in points:
+        sub.insert((float(p[0]), float(p[1])))
+    tris = sub.getTriangleList().reshape(-1, 3, 2)
+    d = ((tris[:, :, None, :] - points[None, None, :, :].astype(np.float32)) ** 2).sum(-1)
+    idx = d.argmin(-1)
+    ok = (np.take_along_axis(d, idx[..., None], -1)[..., 0] < 1e-4).all(1)
+    idx = idx[ok]
+    # Counter-clockwise in image coordinates (y down) for a consistent barycentric sign.
+    p = points[idx]
+    flip = _signed_areas(p) < 0
+    idx[flip] = idx[flip][:, [0, 2, 1]]
+    return idx.astype(np.int32)
+
+
+def _signed_areas(p: np.ndarray) -> np.ndarray:
+    """Twice the signed area of each (T, 3, 2) triangle (positive: counter-clockwise with y down)."""
+    return (p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 1, 1] - p[:, 0, 1]) * (p[:, 2, 0] - p[:, 0, 0])
+
+
+def _neighbours(tris: np.ndarray) -> np.ndarray:
+    """(T, 3): the triangle across the edge opposite each vertex, -1 on the hull."""
+    edges: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for t, (a, b, c) in enumerate(tris.tolist()):
+        for k, (u, v) in enumerate(((b, c), (c, a), (a, b))):
+            edges.setdefault((min(u, v), max(u, v)), []).append((t, k))
+    nbr = np.full(tris.shape, -1, np.int32)
+    for owners in edges.values():
+        if len(owners) == 2:
+            (t0, k0), (t1, k1) = owners
+            nbr[t0, k0], nbr[t1, k1] = t1, t0
+    return nbr
+
+
+def _affines(tris: np.ndarray, dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per triangle: (T, 3, 3) dst pixel -> barycentric weights, (T, 2, 3) dst pixel -> src pixel."""
+    a, b, c = dst[tris[:, 0]], dst[tris[:, 1]], dst[tris[:, 2]]
+    e1, e2 = b - a, c - a
+    den = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
+    den = np.where(np.abs(den) < 1e-9, 1e-9, den)
+    # l1 = (e2y (x-ax) - e2x (y-ay)) / den ; l2 = (-e1y (x-ax) + e1x (y-ay)) / den
+    bary = np.zeros((len(tris), 3, 3), np.float64)
+    bary[:, 1, 0], bary[:, 1, 1] = e2[:, 1] / den, -e2[:, 0] / den
+    bary[:, 1, 2] = -(bary[:, 1, 0] * a[:, 0] + bary[:, 1, 1] * a[:, 1])
+    bary[:, 2, 0], bary[:, 2, 1] = -e1[:, 1] / den, e1[:, 0] / den
+    bary[:, 2, 2] = -(bary[:, 2, 0] * a[:, 0] + bary[:, 2, 1] * a[:, 1])
+    bary[:, 0] = -bary[:, 1] - bary[:, 2]
+    bary[:, 0, 2] += 1.0
+    s = src[tris]  # (T, 3, 2)
+    aff = np.einsum("tkd,tkj->tdj", s, bary)  # src = sum_k l_k s_k
+    return bary.astype(np.float32), aff.astype(np.float32)
+
+
+@dataclass
+class _Mouth:
+    cavity: np.ndarray  # (3,) float32 colours
+    tongue: np.ndarray
+    teeth: np.ndarray
+
+
+class PhotoRig:
+    """A face photo (a crop from ``crop_face``) prepared for animation; ``render(motion)`` per frame."""
+
+    def __init__(self, image: np.ndarray, face: Face):
+        image = np.ascontiguousarray(image)
+        if image.ndim != 3 or image.shape[0] != image.shape[1] or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"expected a square (S, S, 3) uint8 image, got {image.dtype} {image.shape}")
+        self.image = image
+        self.size = s = image.shape[0]
+        lm = face.landmarks.astype(np.float64)
+        self.face = face
+        self._lm = lm
+        xy = lm[:, :2]
+        # Face frame: u along the eye line, v down the face; F = eye line to chin.
+        reye = xy[list(RIGHT_EYE_UPPER + RIGHT_EYE_LOWER)].mean(0)
+        leye = xy[list(LEFT_EYE_UPPER + LEFT_EYE_LOWER)].mean(0)
+        eu = (leye - reye) / max(np.linalg.norm(leye - reye), 1e-6)
+        ev = np.array([-eu[1], eu[0]])
+        self._eu, self._ev = eu, ev
+        mc = xy[list(LIPS_INNER_UPPER + LIPS_INNER_LOWER)].mean(0)
+        mouth_w = float(np.linalg.norm(xy[MOUTH_CORNERS[1]] - xy[MOUTH_CORNERS[0]]))
+        self.mouth_width_px = mouth_w
+        hw = mouth_w / 2
+        self.face_center = xy[list(FACE_OVAL)].mean(0)
+        # Depth for the head turn: the landmarks' own z, flattened about half-way to the face
+        # plane (a 2-D warp cannot show what a full turn would hide).
+        # The oval's far sides are clamped to its median depth so that they do not fold over the cheeks.
+        z_plane = float(np.median(lm[list(FACE_OVAL), 2]))
+        self._depth = DEPTH_SCALE * (np.minimum(lm[:, 2], z_plane) - 0.5 * z_plane)
+        self.pivot = np.array([*self.face_center, 0.0])
+
+        # Expression bases (per landmark, (N, 2) pixels at full strength).
+        rel = xy - mc
+        u, v = rel @ eu, rel @ ev
+        self._jaw = self._jaw_basis(xy, u, v, hw) * (JAW_SCALE * mouth_w)
+        width = np.zeros((NUM_LANDMARKS, 2))
+        wgt = np.exp(-((u / (1.6 * hw)) ** 2 + (v / (0.9 * hw)) ** 2))
+        width += (WIDTH_SCALE * u * wgt)[:, None] * eu
+        self._width = width
+        self._blink = self._blink_basis(xy)
+
+        # Rings around the oval and the frame border.
+        oval = xy[list(FACE_OVAL)]
+        oc = oval.mean(0)
+        ring1 = oc + INNER_RING * (oval - oc)
+        ring2 = oc + OUTER_RING * (oval - oc)
+        k = np.linspace(0, s - 1, 5)
+        border = np.array(
+            [(x, 0) for x in k] + [(x, s - 1) for x in k] + [(0, y) for y in k[1:-1]] + [(s - 1, y) for y in k[1:-1]],
+            np.float64,
+        )
+        inside2 = ((ring2 > 4) & (ring2 < s - 5)).all(1)
+        ring2 = ring2[inside2]
+        ring1 = np.clip(ring1, 2, s - 3)
+        self._ring1_src = np.array(FACE_OVAL)
+        self._n_ring1 = len(ring1)
+        self._keep = _mesh_subset(xy, MIN_SPACING * self.size)
+        pts = np.concatenate([xy[self._keep], ring1, ring2, border])
+        self._src = pts
+        self._n_lm = n_lm = len(self._keep)
+        self._n_moving = n_lm + len(ring1)
+        # Ring 1 takes part of the jaw drop of its oval point (the neck stretches).
+        self._ring1_jaw = RING_JAW_FOLLOW * self._jaw[list(FACE_OVAL)]
+        self._ring1_z = self._depth[list(FACE_OVAL)]
+
+        opened = pts.copy()
+        opened[:n_lm] += self._jaw[self._keep]
+        opened[n_lm : self._n_moving] += self._ring1_jaw
+        self.triangles = _delaunay(opened, s)
+        self._nbr = _neighbours(self.triangles)
+        # Each grid point's triangle at rest.
+        g = np.arange(0, s - 1 + GRID, GRID, dtype=np.float32)  # the last point at or past the last pixel
+        self._grid = g
+        gy, gx = np.meshgrid(g, g, indexing="ij")
+        self._gx, self._gy = gx, gy
+        raster = np.zeros(gx.shape, np.int32)
+        for t, tri in enumerate(np.round(pts[self.triangles] / GRID * 16).astype(np.int32)):
+            cv2.fillConvexPoly(raster, tri, t, cv2.LINE_8, 4)
+        bary, _ = _affines(self.triangles, pts, pts)
+        self._rest_tri = self._locate(bary, gx.ravel(), gy.ravel(), raster.ravel()).reshape(gx.shape)
+        self._grid_px = np.arange(s, dtype=np.float32)
+        self._mouth = self._mouth_colours()
+
+    # ---- bases -------------------------------------------------------------------------------------------------
+    def _jaw_basis(self, xy: np.ndarray, u: np.ndarray, v: np.ndarray, hw: float) -> np.ndarray:
+        """(N, 2) jaw-drop direction times weight (lower lip centre = 1)."""
+        up = np.array(LIPS_INNER_UPPER)
+        lo = np.array(LIPS_INNER_LOWER)
+        seam_u = (u[up] + u[lo]) / 2
+        seam_v = (v[up] + v[lo]) / 2
+        order = np.argsort(seam_u)
+        v_seam = np.interp(u, seam_u[order], seam_v[order])
+        chin_v = float(v[list(FACE_OVAL)].max())
+        band = 0.01 * chin_v + 0.3 * chin_v * _smoothstep((np.abs(u) - 0.7 * hw) / (0.9 * hw))
+        m = _smoothstep(0.5 + (v - v_seam) / np.maximum(band, 1e-3))
+        m[list(LIPS_OUTER_UPPER + LIPS_INNER_UPPER)] = 0.0
+        m[list(LIPS_OUTER_LOWER + LIPS_INNER_LOWER)] = 1.0
+        m[list(MOUTH_CORNERS) + [78, 308]] = 0.5
+        g = np.exp(-((u / (1.5 * hw)) ** 2))
+        # The lips part more than the chin drops: the weight eases from the lower lip to the chin.
+        v_lip = float(v[LOWER_LIP_CENTER])
+        g *= 1.0 - (1.0 - CHIN_FOLLOW) * _smoothstep((v - v_lip) / max(chin_v - v_lip, 1e-3))
+        w = m * g
+        w /= max(w[LOWER_LIP_CENTER], 1e-6)
+        return w[:, None] * self._ev
+
+    def _blink_basis(self, xy: np.ndarray) -> np.ndarray:
+        d = np.zeros((NUM_LANDMARKS, 2))
+        for upper, lower, crease in (
+            (RIGHT_EYE_UPPER, RIGHT_EYE_LOWER, RIGHT_LID_CREASE),
+            (LEFT_EYE_UPPER, LEFT_EYE_LOWER, LEFT_LID_CREASE),
+        ):
+            up, lo, cr = np.array(upper[1:-1]), np.array(lower[1:-1]), np.array(crease[1:-1])
+            gap = xy[lo] - xy[up]
+            d[up] = LID_TRAVEL * gap
+            d[lo] = -LOWER_LID_TRAVEL * gap
+            d[cr] = CREASE_FOLLOW * LID_TRAVEL * gap
+        return d
+
+    def _mouth_colours(self) -> _Mouth:
+        img = self.image.astype(np.float32)
+        xy = self._lm[:, :2]
+        lips = np.zeros(img.shape[:2], np.uint8)
+        outer = xy[list(LIPS_OUTER_UPPER) + list(LIPS_OUTER_LOWER[::-1])]
+        inner = xy[list(LIPS_INNER_UPPER) + list(LIPS_INNER_LOWER[::-1])]
+        cv2.fillPoly(lips, [np.round(outer).astype(np.int32)], 1)
+        hole = np.zeros_like(lips)
+        cv2.fillPoly(hole, [np.round(inner).astype(np.int32)], 1)
+        lip_px = img[(lips > 0) & (hole == 0)]
+        lip = np.median(lip_px, 0) if len(lip_px) else np.array([150, 80, 80], np.float32)
+        teeth = np.array([232, 226, 212], np.float32)
+        mouth_px = img[hole > 0]
+        if len(mouth_px) > 20:
+            lum = mouth_px.mean(1)
+            bright = mouth_px[lum >= np.percentile(lum, 70)]
+            if bright.mean() > lip.mean() + 25:  # the photo shows teeth: take their colour
+                teeth = 0.5 * teeth + 0.5 * np.median(bright, 0)
+        return _Mouth(cavity=(lip * 0.22).astype(np.float32), tongue=(lip * 0.62).astype(np.float32),
+                      teeth=teeth.astype(np.float32))
+
+    # ---- per frame ---------------------------------------------------------------------------------------------
+    def moved_landmarks(self, motion: FaceMotion) -> np.ndarray:
+        """(468, 2) landmark positions for ``motion``."""
+        return self._move(motion)[0]
+
+    def _move(self, motion: FaceMotion) -> tuple[np.ndarray, np.ndarray]:
+        """(468, 2) landmarks and (P, 2) control points (mesh landmarks, rings, border) for ``motion``."""
+        m = motion
+        jaw, width, blink = _clip(m.jaw_open, 0, 1), _clip(m.mouth_width, -1, 1), _clip(m.blink, 0, 1)
+        pts = self._src.copy()
+        n, n1 = self._n_lm, self._n_moving
+        lm = self._lm.copy()
+        lm[:, :2] += jaw * self._jaw + width * self._width + blink * self._blink
+        lm[:, 2] = self._depth
+        yaw, pitch, roll = (_clip(a, -0.5, 0.5) for a in (m.yaw, m.pitch, m.roll))
+        shift = np.array([m.tx, m.ty]) * self.size
+        if yaw or pitch or roll or shift.any():
+            rot = _rotation(yaw, pitch, roll)
+            lm = (lm - self.pivot) @ rot.T + self.pivot
+            lm[:, :2] += shift
+            ring = np.concatenate([pts[n:n1], self._ring1_z[:, None]], axis=1)
+            ring_moved = (ring - self.pivot) @ rot.T + self.pivot
+            pts[n:n1] += INNER_RING_FOLLOW * (ring_moved[:, :2] - ring[:, :2] + shift)
+        pts[:n] = lm[self._keep, :2]
+        pts[n:n1] += jaw * self._ring1_jaw
+        return lm[:, :2], pts
+
+    def displaced(self, motion: FaceMotion) -> np.ndarray:
+        """(P, 2) control point positions for ``motion`` (mesh landmarks first, then the rings and border)."""
+        return self._move(motion)[1]
+
+    def _locate(self, bary: np.ndarray, qx: np.ndarray, qy: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """The triangle holding each query point (``bary``: the moved mesh's ``_affines``), walking from ``start``."""
+        t = start.astype(np.int32).copy()
+        todo = np.arange(len(t))
+        for _ in range(64):
+            if todo.size == 0:
+                break
+            b = bary[t[todo]]  # (n, 3, 3)
+            lam = b[:, :, 0] * qx[todo, None] + b[:, :, 1] * qy[todo, None] + b[:, :, 2]
+            worst = lam.argmin(1)
+            out = lam[np.arange(len(todo)), worst] < -1e-4
+            nxt = self._nbr[t[todo[out]], worst[out]]
+            ok = nxt >= 0
+            moving = todo[out][ok]
+            t[moving] = nxt[ok]
+            todo = moving
+        return t
+
+    def _warp_block(self, dst: np.ndarray) -> tuple[int, int, int, int, np.ndarray, np.ndarray] | None:
+        """The pixel block the moved mesh touches and its (h, w) float32 source maps; None if nothing moves."""
+        moved = np.abs(dst - self._src).max(1) > 1e-6
+        if not moved.any():
+            return None
+        active = moved[self.triangles].any(1)
+        tris = self.triangles[active]
+        corners = np.concatenate([dst[tris].reshape(-1, 2), self._src[tris].reshape(-1, 2)])
+        lo = np.clip(np.floor(corners.min(0)), 0, self.size - 1).astype(int)
+        hi = np.clip(np.ceil(corners.max(0)), 0, self.size - 1).astype(int)
+        gx0, gy0 = lo // GRID
+        gx1 = min(-(-int(hi[0]) // GRID) + 1, len(self._grid))
+        gy1 = min(-(-int(hi[1]) // GRID) + 1, len(self._grid))
+        qx = self._gx[gy0:gy1, gx0:gx1]
+        qy = self._gy[gy0:gy1, gx0:gx1]
+        # A point whose triangle at rest keeps all three corners still is inside it now too (the
+        # mesh does not fold); only the others are looked up.
+        rest = self._rest_tri[gy0:gy1, gx0:gx1].ravel()
+        tri = rest.copy()
+        look = np.flatnonzero(active[rest])
+        bary, aff = _affines(self.triangles, dst, self._src)
+        if look.size:
+            lx, ly = qx.ravel()[look], qy.ravel()[look]
+            tri[look] = self._locate(bary, lx, ly, self._start(dst, moved, lx, ly, rest[look]))
+        a = aff[tri]
+        fx, fy = qx.ravel(), qy.ravel()
+        mx = (a[:, 0, 0] * fx + a[:, 0, 1] * fy + a[:, 0, 2]).reshape(qx.shape)
+        my = (a[:, 1, 0] * fx + a[:, 1, 1] * fy + a[:, 1, 2]).reshape(qx.shape)
+        x0, y0 = gx0 * GRID, gy0 * GRID
+        x1 = min(int(self._grid[gx1 - 1]) + 1, self.size)
+        y1 = min(int(self._grid[gy1 - 1]) + 1, self.size)
+        up = np.array([[1.0 / GRID, 0, 0], [0, 1.0 / GRID, 0]])
+        flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+        bx = cv2.warpAffine(mx, up, (x1 - x0, y1 - y0), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        by = cv2.warpAffine(my, up, (x1 - x0, y1 - y0), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        return x0, y0, x1, y1, bx, by
+
+    def _start(self, dst: np.ndarray, moved: np.ndarray, qx: np.ndarray, qy: np.ndarray, rest: np.ndarray):
+        """Walk starts: each point's triangle at rest, looked up where the landmarks' mean affine motion
+        takes it back from (most of a head turn or shift is then already accounted for)."""
+        n = self._n_lm
+        if moved[:n].sum() < 3:
+            return rest
+        a = np.concatenate([dst[:n], np.ones((n, 1))], axis=1)
+        back, *_ = np.linalg.lstsq(a, self._src[:n], rcond=None)  # dst -> src, (3, 2)
+        sx = qx * back[0, 0] + qy * back[1, 0] + back[2, 0]
+        sy = qx * back[0, 1] + qy * back[1, 1] + back[2, 1]
+        last = len(self._grid) - 1
+        ix = np.clip(np.rint(sx / GRID), 0, last).astype(np.intp)
+        iy = np.clip(np.rint(sy / GRID), 0, last).astype(np.intp)
+        return self._rest_tri[iy, ix]
+
+    def backward_map(self, motion: FaceMotion) -> tuple[np.ndarray, np.ndarray]:
+        """Full-frame (S, S) float32 maps (x, y): the source pixel each output pixel shows."""
+        s = self.size
+        fy, fx = np.mgrid[0:s, 0:s].astype(np.float32)
+        block = self._warp_block(self.displaced(motion))
+        if block is not None:
+            x0, y0, x1, y1, bx, by = block
+            fx[y0:y1, x0:x1], fy[y0:y1, x0:x1] = bx, by
+        return fx, fy
+
+    def render(self, motion: FaceMotion) -> np.ndarray:
+        """The (S, S, 3) uint8 frame for ``motion``."""
+        lm, dst = self._move(motion)
+        out = self.image.copy()
+        block = self._warp_block(dst)
+        if block is None:
+            return out
+        x0, y0, x1, y1, bx, by = block
+        still = (np.abs(bx - self._grid_px[None, x0:x1]) < 1e-3) & (np.abs(by - self._grid_px[y0:y1, None]) < 1e-3)
+        warped = cv2.remap(self.image, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        src = self.image[y0:y1, x0:x1]
+        np.copyto(warped, src, where=still[..., None])
+        out[y0:y1, x0:x1] = warped
+        jaw = _clip(motion.jaw_open, 0, 1)
+        if jaw > 0:
+            self._paint_mouth(out, lm, jaw)
+        return out
+
+    def render_many(self, motions: Iterable[FaceMotion]) -> np.ndarray:
+        """(n, S, S, 3) uint8 frames."""
+        frames = [self.render(m) for m in motions]
+        if not frames:
+            return np.zeros((0, self.size, self.size, 3), np.uint8)
+        return np.stack(frames)
+
+    def _paint_mouth(self, out: np.ndarray, lm: np.ndarray, jaw: float) -> None:
+        """Paint the mouth interior between the displaced inner lips (in place)."""
+        up, lo = lm[list(LIPS_INNER_UPPER)], lm[list(LIPS_INNER_LOWER)]
+        poly = np.concatenate([up, lo[::-1]])
+        pad = 3
+        x0 = int(max(np.floor(poly[:, 0].min()) - pad, 0))
+        x1 = int(min(np.ceil(poly[:, 0].max()) + pad + 1, self.size))
+        y0 = int(max(np.floor(poly[:, 1].min()) - pad, 0))
+        y1 = int(min(np.ceil(poly[:, 1].max()) + pad + 1, self.size))
+        if x1 <= x0 or y1 <= y0:
+            return
+        h, w = y1 - y0, x1 - x0
+        mask = np.zeros((h, w), np.uint8)
+        shift = 3
+        pts = np.round((poly - [x0, y0]) * (1 << shift)).astype(np.int32)
+        cv2.fillPoly(mask, [pts], 255, cv2.LINE_AA, shift)
+        alpha = cv2.GaussianBlur(mask.astype(np.float32) / 255.0, (0, 0), 0.8)
+        alpha *= float(_smoothstep(jaw / 0.12))
+        # Per column: the upper and lower inner lip heights, in the face frame's x.
+        xs = np.arange(x0, x1, dtype=np.float32)
+        ou, ol = np.argsort(up[:, 0]), np.argsort(lo[:, 0])
+        y_up = np.interp(xs, up[ou, 0], up[ou, 1])
+        y_lo = np.interp(xs, lo[ol, 0], lo[ol, 1])
+        gap = np.maximum(y_lo - y_up, 1e-3)
+        ys = np.arange(y0, y1, dtype=np.float32)[:, None]
+        a = ys - y_up[None, :]  # depth below the upper lip
+        b = y_lo[None, :] - ys  # height above the lower lip
+        t = np.clip(a / gap[None, :], 0, 1)
+        mw = self.mouth_width_px
+        cx = (up[0, 0] + up[-1, 0]) / 2
+        hw = max(abs(up[-1, 0] - up[0, 0]) / 2, 1.0)
+        side = np.clip(np.abs(xs - cx) / hw, 0, 1)[None, :]
+        mo = self._mouth
+        # Cavity: darker in the middle and towards the corners; tongue at the bottom.
+        depth = 1.0 - 0.45 * np.sin(np.pi * t) - 0.35 * side**2
+        col = mo.cavity[None, None, :] * depth[..., None]
+        tongue = _smoothstep((t - 0.55) / 0.35) * (1 - side**2) * _smoothstep(jaw / 0.5)
+        col = col + (mo.tongue - mo.cavity)[None, None, :] * (tongue * depth)[..., None]
+        # Upper teeth hanging from the upper lip; lower teeth above the lower lip when wide open.
+        th = np.minimum(0.15 * mw, 0.6 * gap)[None, :]
+        upper = _smoothstep((th - a) / 1.5) * _smoothstep(a / 1.0 + 0.5)
+        tl = np.minimum(0.07 * mw, 0.25 * gap)[None, :] * _smoothstep((jaw - 0.35) / 0.4)
+        lower = _smoothstep((tl - b) / 1.5) * (tl > 0.5) * _smoothstep((0.75 - side) / 0.2)
+        shade = (1.0 - 0.6 * side**2) * (0.75 + 0.25 * _smoothstep(a / 2.0))
+        teeth_w = np.maximum(upper, lower * 0.85) * (side < 0.92)
+        teeth_col = mo.teeth[None, None, :] * shade[..., None] * (1 - 0.15 * lower[..., None])
+        col = col * (1 - teeth_w[..., None]) + teeth_col * teeth_w[..., None]
+        region = out[y0:y1, x0:x1].astype(np.float32)
+        res = region * (1 - alpha[..., None]) + col * alpha[..., None]
+        out[y0:y1, x0:x1] = np.clip(res + 0.5, 0, 255).astype(np.uint8)
+
+    @classmethod
+    def from_photo(cls, image: np.ndarray, face: Face) -> PhotoRig:
+        """A rig for a square photo crop (``crop_face``) and its face (landmarks in crop pixels)."""
+        return cls(image, face)
+
+
+def _rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """3x3 rotation of (x, y, z) image-space points (y down, z away from the camera)."""
+    cy, sy = np.cos(yaw), np.sin(yaw)
+    cp, sp = np.cos(pitch), np.sin(pitch)
+    cr, sr = np.cos(roll), np.sin(roll)
+    # yaw about the image y axis: the nose (z < 0) moves towards +x for yaw > 0.
+    ry = np.array([[cy, 0, -sy], [0, 1, 0], [sy, 0, cy]])
+    # pitch about the x axis: the nose moves down (+y) for pitch > 0.
+    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
+    return rz @ rx @ ry
