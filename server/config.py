@@ -73,6 +73,10 @@ class Settings(BaseModel):
         "subprocess", description="where engine workers run: their own processes, or a thread of the server"
     )
     engine_workers: int | None = Field(None, ge=1, description="engine worker processes; default one per device")
+    engine_settle_s: float | None = Field(
+        None, ge=0, description="after admitting a session a worker admits the next only once its live cost is "
+        "measured, this long later; default 2 s on a CPU, 0.5 s on an accelerator"
+    )
     max_sessions: int | None = Field(
         None, ge=1, description="an upper cap on sessions; admission follows the engine's measured capacity"
     )

@@ -59,11 +59,11 @@ def measured_costs(config: str = "tiny", threads: int = 0) -> CostModel:
     return core.costs
 
 
-def loaded_engine(config: str = "tiny", warm_up: bool = False) -> Engine:
+def loaded_engine(config: str = "tiny", warm_up: bool = False, settle_s: float | None = None) -> Engine:
     """The server's engine for one app: an in-process worker over :func:`engine_pipeline`, with
     the costs :func:`measured_costs` measured (so it starts at once)."""
     pipe = engine_pipeline(config)
-    options = WorkerOptions(config=config, warm_up=warm_up)
+    options = WorkerOptions(config=config, warm_up=warm_up, settle_s=settle_s)
 
     def load(opts: WorkerOptions) -> EngineCore:
         return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config, torch.get_num_threads())))
@@ -89,7 +89,8 @@ def loopback_only(monkeypatch) -> None:
 
 
 def make_settings(**overrides) -> Settings:
-    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2, "warm_up": False}
+    # Sessions open back to back: admission's settling is what tests/server/session/test_admission.py tests.
+    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2, "warm_up": False, "engine_settle_s": 0.0}
     base.update(overrides)
     return Settings.model_validate(base)
 
@@ -115,7 +116,7 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
     """The app on uvicorn in this process; its engine an in-process worker over the cached
     ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
-    app = create_app(settings, loaded_engine(config, settings.warm_up) if inprocess else None)
+    app = create_app(settings, loaded_engine(config, settings.warm_up, settings.engine_settle_s) if inprocess else None)
     async with serving(app, settings) as running:
         yield running
 

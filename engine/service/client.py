@@ -33,10 +33,11 @@ from engine.service.slots import FrameSlots
 class EngineError(Exception):
     """Why a session cannot be served: ``code`` is the API error code."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after_s: int = 5) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after_s = retry_after_s  # when asking again may succeed (Retry-After)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class WorkerView:
     stats: WorkerStats | None
     error: str | None = None
     session_ids: tuple[str, ...] = ()
+    settling_s: float = 0.0  # admits nothing until its newest session's live cost is measured
 
 
 class EngineStream:

@@ -101,7 +101,7 @@ class CostModel:
     """
 
     def __init__(self, *, alpha: float = 0.2, prior_s: float | None = None,
-                 kind: Callable[[Hashable], Hashable] = kind_of, load_alpha: float = 0.05) -> None:
+                 kind: Callable[[Hashable], Hashable] = kind_of, load_alpha: float = 0.2) -> None:
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if prior_s is not None and prior_s < 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ class WorkerLink:
         self.progress_at = time.monotonic()  # when the batch count last moved (or nothing was due)
         self._opening: dict[str, asyncio.Future[SessionOpened]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.opened_at = -math.inf  # when the newest session opened (see WorkerOptions.settle_s)
 
     def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
@@ -79,9 +81,16 @@ class WorkerLink:
     def free(self) -> int:
         """Capacity left: the sessions the worker last said it can hold in real time, less those
         open or opening on it now (its report may predate the latest opens and closes)."""
-        if self.stats is None:
+        if self.stats is None or self.settling > 0:
             return 0
         return self.stats.capacity + self.stats.sessions - len(self.streams) - len(self._opening)
+
+    @property
+    def settling(self) -> float:
+        """Seconds until the newest session's live cost has been measured (0: settled)."""
+        if not self.streams and not self._opening:
+            return 0.0
+        return max(0.0, self.opened_at + self.options.settle - time.monotonic())
 
     @property
     def load(self) -> float:
@@ -190,6 +199,7 @@ class WorkerLink:
         if opened.error is not None:
             slots.unlink()
             raise EngineError("bad_request", opened.error)
+        self.opened_at = time.monotonic()
         stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
         stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
         stream.frames_per_chunk = opened.frames_per_chunk or info.frames_per_chunk
@@ -220,7 +230,7 @@ class WorkerLink:
         s = self.stats
         return WorkerView(self.index, self.pid, self.options.device, self.alive, self.state,
                           len(self.streams), max(0, self.free) if self.alive else 0, s, self.error,
-                          tuple(self.streams))
+                          tuple(self.streams), round(self.settling, 3))
 
 
 def cuda_devices() -> list[str]:
@@ -326,6 +336,11 @@ class WorkerPool(EngineClient):
             raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
         best = min(ready, key=lambda link: (link.load, -link.free))
         if best.free <= 0:
+            settling = [link.settling for link in ready if link.settling > 0]
+            if settling:
+                wait = math.ceil(min(settling))
+                raise EngineError("at_capacity", "every engine worker is at its real-time capacity or measuring "
+                                  f"its newest session; try again in {wait} s", retry_after_s=wait)
             raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
         return await best.open(spec, session)
 

@@ -64,11 +64,22 @@ class WorkerOptions:
     # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator.
     capacity_margin: float | None = None
 
+    # After opening a session a worker admits no other until this long has passed, so the next
+    # admission counts what the last one costs live (its web-side load included: see CostModel's
+    # load). None: 2 s on a CPU, whose cores the web process shares, 0.5 s on an accelerator.
+    settle_s: float | None = None
+
     @property
     def margin(self) -> float:
         if self.capacity_margin is not None:
             return self.capacity_margin
         return 0.35 if self.device == "cpu" else 0.2
+
+    @property
+    def settle(self) -> float:
+        if self.settle_s is not None:
+            return self.settle_s
+        return 2.0 if self.device == "cpu" else 0.5
     fault: str | None = None  # tests: "hang" stops making progress after the first batch
     # One engine over several devices (engine.parallel): its ranks are this worker's subprocesses.
     parallel: ParallelPlan | None = None

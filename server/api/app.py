@@ -65,6 +65,7 @@ def worker_json(w) -> dict:
         "sessions": w.sessions,
         "session_ids": list(w.session_ids),
         "capacity": w.capacity,
+        "settling_s": w.settling_s,
         "batch_mean": stats.batch_mean if stats else 0.0,
         "load": float(stats.costs.get("load", 1.0)) if stats else 1.0,
         "chunk_ms": stats.chunk_ms if stats else {},
@@ -121,7 +122,7 @@ def create_app(
 
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError) -> JSONResponse:
-        return _error(503, exc.code, exc.message, {"Retry-After": "5"})
+        return _error(503, exc.code, exc.message, {"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -71,7 +71,8 @@ def sample_rate_of(config: str) -> int:
 
 def worker_options(settings: Settings) -> WorkerOptions:
     return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
-                         guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality)
+                         guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality,
+                         settle_s=settings.engine_settle_s)
 
 
 def engine_client(settings: Settings) -> EngineClient:

@@ -1,6 +1,8 @@
 """Admission by the engine's measured capacity: the real ``tiny`` engine admits what it can hold in
-real time, refuses the next with ``503 at_capacity`` and ``Retry-After``, and the sessions it
-holds stream on (deadline misses at this load are measured by ``make soak``)."""
+real time, one session at a time (each next one once the last one's live cost is measured: until
+then ``503 at_capacity`` with a short ``Retry-After``), refuses the one past capacity with
+``503 at_capacity``, and the sessions it holds stream on (deadline misses at this load are
+measured by ``make soak``)."""
 
 from __future__ import annotations
 
@@ -13,19 +15,33 @@ from server_helpers import loopback_only, make_settings, running_server, wait_un
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STREAM_S = 8.0
+SETTLE_S = 5.0  # longer than a session takes to connect, so the next request lands in it
 
 
 async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
     loopback_only(monkeypatch)
-    async with running_server(make_settings(max_sessions=None)) as srv:
+    async with running_server(make_settings(max_sessions=None, engine_settle_s=SETTLE_S)) as srv:
+        engine = srv.manager.engine
+
+        def settled() -> bool:
+            return all(w.settling_s == 0 for w in engine.workers())
+
         capacity = (await srv.http.get("/healthz")).json()["capacity"]
         assert 0 <= capacity <= 8, capacity  # 0 on a machine too slow (or too busy) for one session
         async with contextlib.AsyncExitStack() as stack:
-            lives = [await stack.enter_async_context(live_session(srv)) for _ in range(capacity)]
+            lives = []
+            while (await srv.http.get("/healthz")).json()["capacity"] > 0:
+                lives.append(await stack.enter_async_context(live_session(srv)))
+                assert len(lives) <= 8
+                settling = await srv.http.post("/v1/sessions", json={})
+                assert settling.status_code == 503 and settling.json()["error"]["code"] == "at_capacity"
+                assert 1 <= int(settling.headers["retry-after"]) <= SETTLE_S, "try again once it is measured"
+                assert await wait_until(settled, 10)
+                report = engine.workers()[0].stats
+                assert await wait_until(lambda r=report: engine.workers()[0].stats is not r, 5), "a report since"
             refused = await srv.http.post("/v1/sessions", json={})
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "at_capacity"
             assert int(refused.headers["retry-after"]) > 0
-            assert (await srv.http.get("/healthz")).json()["capacity"] == 0
             if not lives:
                 return
             assert await wait_until(lambda: all(len(live.media.video) >= 25 for live in lives), 30)
@@ -38,7 +54,7 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
                 assert shown >= 0.9 * 25 * STREAM_S, (live.id, shown)
                 # A generous bound for a shared CI box; `make soak` holds the 0.5% target at this load.
                 assert misses <= 0.03 * shown + 1, (live.id, misses, shown)
-        print(f"admitted {capacity} tiny sessions at measured capacity")
+        print(f"admitted {len(lives)} tiny sessions at measured capacity (calibration said {capacity})")
+        assert await wait_until(lambda: engine.workers()[0].sessions == 0, 10)
         again = await srv.http.post("/v1/sessions", json={})
         assert again.status_code == 201, "closing sessions frees their capacity"
-
