@@ -45,17 +45,17 @@ def estimate_yaw(landmarks: np.ndarray) -> float:
 
 
 def check_face(face: Face) -> Face:
-    """``face`` if it can be animated, else ``FaceError`` saying why."""
-    iod = face.interocular
-    if iod < MIN_INTEROCULAR:
-        raise FaceError(
-            f"face too small to animate: the eyes are {iod:.0f} px apart, at least {MIN_INTEROCULAR:.0f} px needed"
-        )
+    """``face`` if it can be animated, else ``FaceError`` saying why (the turn is checked first)."""
     yaw = np.degrees(abs(estimate_yaw(face.landmarks)))
     if yaw > MAX_YAW_DEGREES:
         raise FaceError(
             f"face turned too far from the camera (about {yaw:.0f} degrees; a frontal face within "
             f"{MAX_YAW_DEGREES:.0f} degrees is needed)"
+        )
+    iod = face.interocular
+    if iod < MIN_INTEROCULAR:
+        raise FaceError(
+            f"face too small to animate: the eyes are {iod:.0f} px apart, at least {MIN_INTEROCULAR:.0f} px needed"
         )
     return face
 

@@ -100,8 +100,10 @@ class Face:
 
     @property
     def interocular(self) -> float:
-        """Distance between the eye centres, in pixels."""
-        return float(np.linalg.norm(self.left_eye_center - self.right_eye_center))
+        """Distance between the eye centres in pixels, in 3-D (so a turned head keeps its size)."""
+        eyes = (RIGHT_EYE_UPPER + RIGHT_EYE_LOWER, LEFT_EYE_UPPER + LEFT_EYE_LOWER)
+        right, left = (self.landmarks[list(e)].mean(0) for e in eyes)
+        return float(np.linalg.norm(left - right))
 
     @property
     def mouth_center(self) -> np.ndarray:

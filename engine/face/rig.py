@@ -253,6 +253,12 @@ class PhotoRig:
         bary, _ = _affines(self.triangles, pts, pts)
         self._rest_tri = self._locate(bary, gx.ravel(), gy.ravel(), raster.ravel()).reshape(gx.shape)
         self._grid_px = np.arange(s, dtype=np.float32)
+        region = np.zeros((s, s), np.uint8)
+        active = (self.triangles < self._n_moving).any(1)
+        for tri in np.round(pts[self.triangles[active]] * 16).astype(np.int32):
+            cv2.fillConvexPoly(region, tri, 1, cv2.LINE_8, 4)
+        self.motion_region = cv2.dilate(region, np.ones((3, 3), np.uint8)).astype(bool)
+        """(S, S) bool: the only pixels any motion can change (the triangles with a moving corner)."""
         self._mouth = self._mouth_colours()
 
     # ---- bases -------------------------------------------------------------------------------------------------

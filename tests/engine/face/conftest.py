@@ -1,0 +1,30 @@
+"""Fixtures for the face tests: the public-domain astronaut portrait (skimage), its face and crop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from skimage import data
+
+from engine.face import PhotoRig, crop_face, find_face
+
+
+@pytest.fixture(scope="session")
+def astronaut() -> np.ndarray:
+    return np.ascontiguousarray(data.astronaut())
+
+
+@pytest.fixture(scope="session")
+def astronaut_face(astronaut):
+    return find_face(astronaut)
+
+
+@pytest.fixture(scope="session")
+def astronaut_crop(astronaut, astronaut_face):
+    return crop_face(astronaut, astronaut_face, 512)
+
+
+@pytest.fixture(scope="session")
+def astronaut_rig(astronaut_crop):
+    crop, face = astronaut_crop
+    return PhotoRig.from_photo(crop, face)
