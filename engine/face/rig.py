@@ -48,9 +48,9 @@ from engine.face.landmarks import (
 
 JAW_SCALE = 0.42  # lip gap added at jaw_open = 1, as a fraction of the mouth width
 WIDTH_SCALE = 0.16  # lip-corner travel at |mouth_width| = 1, as a fraction of half the mouth width
-LID_TRAVEL = 0.92  # how far the upper lid goes towards the lower one at blink = 1
-LOWER_LID_TRAVEL = 0.06
-CREASE_FOLLOW = 0.4  # the lid skin above the lid follows it by this fraction
+LID_TRAVEL = 0.95  # how far the upper lid goes towards the lower one at blink = 1
+LOWER_LID_TRAVEL = 0.05
+CREASE_FOLLOW = 0.8  # the lid skin above the lid follows it by this fraction (the closed lid shows skin)
 INNER_RING, OUTER_RING = 1.18, 1.5  # rings around the face oval (scale about its centre)
 INNER_RING_FOLLOW = 0.6  # share of the head motion the inner ring takes
 GRID = 2  # the warp is evaluated every GRID pixels and interpolated
