@@ -39,7 +39,9 @@ from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
 
 if TYPE_CHECKING:
+    from engine.photo.avatar import PhotoAvatar
     from engine.puppet.engine import PuppetPipeline
+    from engine.stages.photo_composite import PhotoComposite, PhotoState
 
 
 def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
@@ -102,6 +104,7 @@ class Pipeline(ConfiguredEngine):
         # Bundled avatars' reference encodings, made once: a session of a bundled avatar starts
         # straight at its first chunk. Read-only once made, so sessions (threads) share them.
         self._bundled: dict[str, ReferenceConditioning] = {}
+        self._composite: PhotoComposite | None = None  # made at the first photo session's first frames
 
     @classmethod
     def from_config(
@@ -206,15 +209,27 @@ class Pipeline(ConfiguredEngine):
         return to_uint8(direct), to_uint8(pooled)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
-                     seed: int = 0) -> StreamSession:
-        if image is not None:
-            return StreamSession(self, self.reference(image), seed)
+                     seed: int = 0, photo: PhotoAvatar | None = None) -> StreamSession:
+        """A session of a bundled avatar, or of a photograph (``image``, or a ``photo`` already
+        made of one: ``FaceError`` when it has no usable face). A photo session's DiT drives the
+        bundled ``avatar`` (default: the default avatar) and its frames are the photo warped to
+        that face's motion (``engine.stages.photo_composite``)."""
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
+        if image is not None and photo is None:
+            from engine.photo.avatar import photo_avatar
+
+            photo = photo_avatar(image)
         name = avatar or DEFAULT_AVATAR
         if name not in self._bundled:
             self._bundled[name] = self.reference(avatar_image(name, self.frame_size))
-        return StreamSession(self, self._bundled[name], seed)
+        photo_state = None
+        if photo is not None:
+            from engine.face.rig import PhotoRig
+            from engine.stages.photo_composite import PhotoState
+
+            photo_state = PhotoState(PhotoRig.from_photo(photo.image, photo.face), avatar_image(name, self.frame_size))
+        return StreamSession(self, self._bundled[name], seed, photo_state)
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
                seed: int = 0) -> Iterator[PublishedFrame]:
@@ -316,7 +331,24 @@ class Pipeline(ConfiguredEngine):
             st.decoder, st.last_frame = cache, last
             st.counters.published = hi
             st.counters.frames += len(frames)
-        return out.frames
+        return self._photos(sessions, out.frames, timings)
+
+    def _photos(self, sessions: Sequence[StreamSession], frames: list[list[PublishedFrame]],
+                timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """The photo sessions' driver frames, replaced by their photos warped to the same motion."""
+        photo = [i for i, s in enumerate(sessions) if s.photo is not None]
+        if not photo:
+            return frames
+        with _timed(timings, "photo"):
+            if self._composite is None:
+                from engine.stages.photo_composite import PhotoComposite
+
+                self._composite = PhotoComposite()
+            made, states = self._composite([frames[i] for i in photo], [sessions[i].photo for i in photo])
+        frames = list(frames)
+        for i, f, st in zip(photo, made, states, strict=True):
+            frames[i], sessions[i].photo = f, st
+        return frames
 
 
 @dataclass(frozen=True)
@@ -332,9 +364,11 @@ class _Work:
 class StreamSession:
     """One avatar session's rolling state and schedule position."""
 
-    def __init__(self, pipeline: Pipeline, reference: ReferenceConditioning, seed: int) -> None:
+    def __init__(self, pipeline: Pipeline, reference: ReferenceConditioning, seed: int,
+                 photo: PhotoState | None = None) -> None:
         self.pipe = pipeline
         self.seed = seed
+        self.photo = photo  # a photo session's rig and motion state (None: the DiT's frames are shown)
         self.audio = AudioBuffer()
         self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache(reference.decoder))
         self.finished = False
@@ -345,6 +379,13 @@ class StreamSession:
         self._quality = Quality(interp=pipeline.config.schedule.interp)
         self._spf = pipeline.config.samples_per_frame
         self._td = pipeline.config.vae.temporal_down
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(height, width) of this session's frames: the photo's for a photo session."""
+        if self.photo is not None:
+            return self.photo.rig.size, self.photo.rig.size
+        return self.pipe.frame_size
 
     # --- audio in -------------------------------------------------------------------
     def feed(self, pcm: np.ndarray) -> None:

@@ -80,3 +80,11 @@ def speech() -> Callable[..., np.ndarray]:
         return speech_like(seconds, sample_rate, seed)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def astronaut() -> np.ndarray:
+    """scikit-image's astronaut portrait (a NASA photograph, public domain), 512x512 RGB."""
+    from skimage import data
+
+    return np.ascontiguousarray(data.astronaut())

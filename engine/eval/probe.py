@@ -104,20 +104,28 @@ def sample_state(rng: np.random.Generator) -> FaceState:
     )
 
 
-def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(frame crop, reference crop) pairs of 256x256 puppet frames and their true openness."""
+def puppet_frames(identity_seeds: range, per_identity: int, seed: int,
+                  size: int = RENDER_SIZE) -> tuple[np.ndarray, np.ndarray, list[FaceState]]:
+    """Puppet frames of random states: (N, S, S, 3) frames, (identities, S, S, 3) references
+    (frame i is of identity i // per_identity) and the N states drawn."""
     rng = np.random.default_rng(seed)
     n = len(identity_seeds) * per_identity
-    frames = np.empty((n, RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
-    refs = np.empty((len(identity_seeds), RENDER_SIZE, RENDER_SIZE, 3), dtype=np.uint8)
-    target = np.empty(n, dtype=np.float32)
+    frames = np.empty((n, size, size, 3), dtype=np.uint8)
+    refs = np.empty((len(identity_seeds), size, size, 3), dtype=np.uint8)
+    states: list[FaceState] = []
     for k, s in enumerate(identity_seeds):
         ident = Identity.sample(np.random.default_rng(s), name=f"probe{s}")
-        refs[k] = reference_image(ident, RENDER_SIZE)
+        refs[k] = reference_image(ident, size)
         for j in range(per_identity):
-            state = sample_state(rng)
-            frames[k * per_identity + j] = render(ident, state, RENDER_SIZE)
-            target[k * per_identity + j] = state.openness
+            states.append(sample_state(rng))
+            frames[k * per_identity + j] = render(ident, states[-1], size)
+    return frames, refs, states
+
+
+def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(frame crop, reference crop) pairs of 256x256 puppet frames and their true openness."""
+    frames, refs, states = puppet_frames(identity_seeds, per_identity, seed)
+    target = np.array([s.openness for s in states], dtype=np.float32)
     ref_crops = mouth_crops(refs).repeat_interleave(per_identity, dim=0)
     return torch.cat([mouth_crops(frames), ref_crops], dim=1), torch.from_numpy(target)
 
@@ -125,14 +133,14 @@ def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[
 def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """Blur (down-up resampling), colour gain and noise on the frame crop only: what a
     generator's frames look like next to the clean reference it was given."""
-    n = x.shape[0]
+    n, side = x.shape[0], x.shape[-1]
     frame, ref = x[:, :3], x[:, 3:]
     blur = torch.rand(n, generator=gen) < 0.5
     if blur.any():
-        k = int(torch.randint(INPUT // 3, INPUT, (1,), generator=gen))
+        k = int(torch.randint(side // 3, side, (1,), generator=gen))
         soft = F.interpolate(frame[blur], size=(k, k), mode="bilinear", antialias=True, align_corners=False)
         frame = frame.clone()
-        frame[blur] = F.interpolate(soft, size=(INPUT, INPUT), mode="bilinear", align_corners=False)
+        frame[blur] = F.interpolate(soft, size=(side, side), mode="bilinear", align_corners=False)
     gain = 1.0 + 0.08 * torch.randn(n, 3, 1, 1, generator=gen)
     noise = 0.03 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(frame.shape, generator=gen)
     return torch.cat([(frame * gain + noise).clamp(0.0, 1.0), ref], dim=1)

@@ -1,17 +1,10 @@
-"""Fixtures for the face tests: the public-domain astronaut portrait (skimage), its face and crop."""
+"""Fixtures for the face tests: the astronaut portrait's face, crop and rig (the portrait: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from skimage import data
 
 from engine.face import PhotoRig, crop_face, find_face
-
-
-@pytest.fixture(scope="session")
-def astronaut() -> np.ndarray:
-    return np.ascontiguousarray(data.astronaut())
 
 
 @pytest.fixture(scope="session")
