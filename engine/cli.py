@@ -51,6 +51,8 @@ def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --hel
 def cmd_render(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from engine.face.checks import FaceError
+    from engine.frames import drain
     from engine.media.mp4 import Mp4Writer
 
     if args.image and args.avatar:
@@ -58,12 +60,17 @@ def cmd_render(args: argparse.Namespace) -> int:
     image = load_image(args.image) if args.image else None
     pipe = _pipeline(args)
     pcm = load_audio(args.audio, pipe.sample_rate)
-    try:  # the session opens here: an unknown avatar, or an image the engine cannot use, fails now
-        frames = pipe.render(pcm, avatar=args.avatar, image=image, seed=args.seed)
+    try:  # the session opens here: an unknown avatar, or a photo without a usable face, fails now
+        session = pipe.open_session(avatar=args.avatar, image=image, seed=args.seed)
+    except FaceError as exc:
+        raise CliError(f"{args.image}: {exc}") from None
     except (KeyError, ValueError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
+    session.feed(pcm)
+    session.close_input()
+    frames = drain(session)
     total = math.ceil(pcm.size / pipe.config.samples_per_frame)
-    h, w = pipe.frame_size
+    h, w = session.frame_size
     with Mp4Writer(args.out, w, h, pipe.fps, pipe.sample_rate) as writer:
         with tqdm(total=total, unit="frame", desc="render", disable=args.quiet) as bar:
             for frame in frames:

@@ -81,10 +81,10 @@ class PuppetPipeline(ConfiguredEngine):
         return self
 
     def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,
-                     seed: int = 0) -> PuppetSession:
+                     seed: int = 0, photo: object | None = None) -> PuppetSession:
         """A session drawing ``avatar`` (a bundled name, or an ``Identity`` such as the held-out
         ones of ``avatar eval``); ``seed`` picks the blinks, gaze and head motion."""
-        if image is not None:
+        if image is not None or photo is not None:
             raise ValueError("the puppet engine draws its bundled identities, not reference images; "
                              "pass avatar=NAME (--avatar NAME)")
         identity = avatar if isinstance(avatar, Identity) else get_identity(avatar or DEFAULT_AVATAR)
@@ -131,6 +131,10 @@ class PuppetSession:
         self.published = 0  # frames
         self.quality = Quality(interp=False)
         self._spf = pipeline.config.samples_per_frame
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        return self.pipe.frame_size
 
     def feed(self, pcm: np.ndarray) -> None:
         """Float32 mono samples at the pipeline's sample rate (thread-safe)."""

@@ -119,7 +119,7 @@ class EngineCore:
             raise SessionRefused(f"{slot_count} frame slots cannot hold one step ({self.step_frames} frames)")
         try:
             pipe = self.pipes[spec.preset]
-            stream = pipe.open_session(avatar=spec.avatar, image=spec.image, seed=spec.seed)
+            stream = pipe.open_session(avatar=spec.avatar, photo=spec.photo, seed=spec.seed)
         except (KeyError, ValueError) as exc:
             raise SessionRefused(str(exc).strip("'\"")) from None
         ladder = self.presets[spec.preset]

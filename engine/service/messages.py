@@ -8,18 +8,29 @@ published frames do not travel here but through the session's shared-memory slot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from engine.photo.avatar import PhotoAvatar
 
 
 @dataclass(frozen=True)
 class SessionSpec:
-    """What a session is opened with: a bundled avatar or a reference image, a seed, a preset."""
+    """What a session is opened with: a bundled avatar or a photo avatar, a seed, a preset.
+
+    A photo session's ``avatar`` (default: the engine's default) is the face whose motion the
+    photo copies."""
 
     avatar: str | None = None
-    image: np.ndarray | None = None  # (H, W, 3) uint8, already decoded and size-checked
+    photo: PhotoAvatar | None = None  # found and cropped where the photo arrived
     seed: int = 0
     preset: str = "quality"
+
+    def frame_size(self, info: EngineInfo) -> tuple[int, int]:
+        """(height, width) of this session's frames."""
+        return self.photo.frame_size if self.photo is not None else info.frame_size
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class WorkerLink:
         sid = session or "e_" + secrets.token_hex(6)
         if sid in self.streams or sid in self._opening:
             raise EngineError("bad_request", f"session {sid} is already open")
-        slots = FrameSlots.create(2 * info.step_frames, info.frame_size, info.samples_per_frame)
+        slots = FrameSlots.create(2 * info.step_frames, spec.frame_size(info), info.samples_per_frame)
         future: asyncio.Future[SessionOpened] = asyncio.get_running_loop().create_future()
         self._opening[sid] = future
         self.send(OpenSession(sid, spec, str(slots.path), slots.count))

@@ -263,7 +263,7 @@ class Worker:
 
         info = self.core.info
         try:
-            slots = FrameSlots.attach(msg.slots_path, msg.slot_count, info.frame_size, info.samples_per_frame)
+            slots = FrameSlots.attach(msg.slots_path, msg.slot_count, msg.spec.frame_size(info), info.samples_per_frame)
         except (OSError, ValueError) as exc:
             self.conn.send(SessionOpened(msg.session, f"frame slots unusable: {exc}"))
             return

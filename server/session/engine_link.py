@@ -26,6 +26,7 @@ from engine.media import piper
 from engine.media.audio_io import MediaError
 from engine.media.image import ImageLimits, ImageTooLarge, decode_image
 from engine.media.mp4 import Mp4Writer
+from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
 from engine.service.pool import WorkerPool
@@ -44,6 +45,7 @@ __all__ = [
     "ImageLimits",
     "ImageTooLargeError",
     "Mp4Writer",
+    "PhotoAvatar",
     "PublishedFrame",
     "QualityEvent",
     "WorkerView",
@@ -117,20 +119,21 @@ class Engine:
     def capacity(self) -> int:
         return self.client.capacity()
 
-    def decode_image(self, data: bytes, limits: ImageLimits) -> np.ndarray:
-        """A PNG/JPEG/WebP/GIF reference image as RGB uint8 (H, W, 3), its size checked from the
-        header first; :class:`ImageTooLargeError` over ``limits``, :class:`ImageError` if unusable."""
+    def photo_avatar(self, data: bytes, limits: ImageLimits) -> PhotoAvatar:
+        """A PNG/JPEG/WebP/GIF photograph made a photo avatar (its face found and cropped), its
+        size checked from the header first; :class:`ImageTooLargeError` over ``limits``,
+        :class:`ImageError` (with the reason: no face found, too small, turned too far) if unusable."""
         try:
-            return decode_image(data, limits)
+            return photo_avatar(decode_image(data, limits))
         except ImageTooLarge as exc:
             raise ImageTooLargeError(str(exc)) from None
-        except MediaError as exc:
+        except (MediaError, FaceError) as exc:
             raise ImageError(str(exc)) from None
 
-    async def open(self, preset: str, avatar: str | None, image: np.ndarray | None, seed: int,
+    async def open(self, preset: str, avatar: str | None, photo: PhotoAvatar | None, seed: int,
                    name: str) -> EngineLink:
         """A session on the least loaded worker; :class:`EngineError` if none can take it."""
-        stream = await self.client.open(SessionSpec(avatar=avatar, image=image, seed=seed, preset=preset), name)
+        stream = await self.client.open(SessionSpec(avatar=avatar, photo=photo, seed=seed, preset=preset), name)
         return EngineLink(stream, preset, name)
 
 
@@ -151,6 +154,7 @@ class EngineLink:
     def __init__(self, stream: EngineStream, preset: str, name: str) -> None:
         self.stream = stream
         self.info = stream.info
+        self.frame_size = stream.slots.height, stream.slots.width  # a photo session's differ from info's
         self.preset = preset
         self.name = name
         self.fed = 0  # samples pushed so far: the engine timeline's length

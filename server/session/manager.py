@@ -61,10 +61,10 @@ class SessionManager:
                 "bad_quality",
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(presets)}",
             )
-        image = await self.images.decode(options)
-        if options.avatar is None and image is None:
+        photo = await self.images.decode(options)
+        if options.avatar is None and photo is None:
             options = options.model_copy(update={"avatar": self.settings.default_avatar or self.engine.default_avatar})
-        if image is None and options.avatar not in self.engine.avatars:
+        if photo is None and options.avatar not in self.engine.avatars:
             raise ApiError(
                 400,
                 "bad_avatar",
@@ -72,12 +72,12 @@ class SessionManager:
             )
         sid = "s_" + secrets.token_hex(8)
         try:
-            link = await self.engine.open(preset, options.avatar, image, options.seed, name=sid)
+            link = await self.engine.open(preset, options.avatar, photo, options.seed, name=sid)
         except EngineError as exc:
             if exc.code in ("at_capacity", "engine_unavailable"):
                 self.metrics.sessions_rejected.labels(exc.code).inc()
                 raise ApiError(503, exc.code, exc.message) from None
-            raise ApiError(400, "bad_image" if image is not None else "bad_avatar", exc.message) from None
+            raise ApiError(400, "bad_image" if photo is not None else "bad_avatar", exc.message) from None
         record_dir = self.settings.record_dir if options.record else None
         session = AvatarSession(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session

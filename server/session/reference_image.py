@@ -1,9 +1,12 @@
-"""The ``image`` option of a new session, from base64 to an RGB frame, every failure a 4xx.
+"""The ``image`` option of a new session, from base64 to a photo avatar, every failure a 4xx.
 
-Decoding is the one costly step of creating a session: it runs off the event loop, at most
-:data:`DECODERS` at a time, each bounded by the decoded-size limits read from the image's header
-before it starts (``max_image_side`` and ``max_image_pixels``), so concurrent requests cannot
-multiply the memory an image may take or stall the media of running sessions.
+The photo's face is found (the largest, when there are several) and cropped here, so an image
+without a usable face is refused with the reason ("no face found", too small, turned too far)
+before any engine work. Decoding and the face search are the costly steps of creating a
+session: they run off the event loop, at most :data:`DECODERS` at a time, each bounded by the
+decoded-size limits read from the image's header before it starts (``max_image_side`` and
+``max_image_pixels``), so concurrent requests cannot multiply the memory an image may take or
+stall the media of running sessions.
 """
 
 from __future__ import annotations
@@ -12,12 +15,10 @@ import asyncio
 import base64
 import binascii
 
-import numpy as np
-
 from server.api.errors import ApiError
 from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError
+from server.session.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError, PhotoAvatar
 
 DECODERS = 2
 MIN_SIDE = 64  # smaller references carry too little of a face to animate
@@ -30,8 +31,8 @@ class ReferenceImages:
         self._limits = ImageLimits(settings.max_image_side, settings.max_image_pixels, MIN_SIDE)
         self._slots = asyncio.Semaphore(DECODERS)
 
-    async def decode(self, options: SessionCreate) -> np.ndarray | None:
-        """The decoded ``image`` option, or None when the session names no image."""
+    async def decode(self, options: SessionCreate) -> PhotoAvatar | None:
+        """The ``image`` option made a photo avatar, or None when the session names no image."""
         if options.image is None:
             return None
         if options.avatar is not None:
@@ -47,7 +48,7 @@ class ReferenceImages:
             raise ApiError(413, "image_too_large", f"image over {self._max_bytes} bytes")
         try:
             async with self._slots:
-                return await asyncio.to_thread(self._engine.decode_image, data, self._limits)
+                return await asyncio.to_thread(self._engine.photo_avatar, data, self._limits)
         except ImageTooLargeError as exc:
             raise ApiError(413, "image_too_large", str(exc)) from None
         except ImageError as exc:

@@ -64,7 +64,7 @@ class AvatarSession:
         self.metrics = metrics
         info = self.link.info
         self.fps, self.sample_rate = info.fps, info.sample_rate
-        self.height, self.width = info.frame_size
+        self.height, self.width = self.link.frame_size
         self.liveness = Liveness()
         self.close_reason: str | None = None
         self.control_attached = False

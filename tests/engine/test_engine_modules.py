@@ -440,16 +440,16 @@ def test_guidance_extrapolates_from_the_silent_prediction_in_one_batched_pass(sp
         base.replace(guidance_steps=0)
 
 
-def test_bundled_avatar_references_are_encoded_once_and_shared() -> None:
+def test_bundled_avatar_references_are_encoded_once_and_shared(astronaut) -> None:
     """A bundled avatar's reference is encoded at its first session and reused by later ones
-    (and by the pipeline's I-chunk sibling); a custom image is encoded every time."""
+    (and by the pipeline's I-chunk sibling, and by photo sessions it drives); an image without a
+    face is refused at the call."""
     pipe = Pipeline.from_config("micro")
     first = pipe.open_session(seed=0)
     again = pipe.open_session(seed=1)
     sibling = pipe.with_interp(not pipe.config.schedule.interp).open_session(avatar=DEFAULT_AVATAR)
     assert again.state.reference is first.state.reference is sibling.state.reference
-    image = np.full((*pipe.frame_size, 3), 90, np.uint8)
-    a, b = pipe.open_session(image=image), pipe.open_session(image=image)
-    assert a.state.reference is not b.state.reference
-    assert torch.equal(a.state.reference.hr_latent, b.state.reference.hr_latent)
-    assert not torch.equal(a.state.reference.hr_latent, first.state.reference.hr_latent)
+    photo = pipe.open_session(image=astronaut)
+    assert photo.state.reference is first.state.reference and photo.frame_size == (512, 512)
+    with pytest.raises(ValueError, match="no face found"):
+        pipe.open_session(image=np.full((*pipe.frame_size, 3), 90, np.uint8))

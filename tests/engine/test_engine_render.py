@@ -16,6 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from PIL import Image
 
 from engine.bench import speech_like
 from engine.cli import main
@@ -158,7 +159,9 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path) -> di
     empty = folder / "empty.wav"
     write_wav(empty, np.zeros(0, np.float32), 16000)
     assert empty.stat().st_size == 44  # a header and nothing else
-    return {"speech": speech_wav, "text": text, "empty": empty, "missing": folder / "nope.wav"}
+    faceless = folder / "wall.png"
+    Image.fromarray(np.full((300, 300, 3), 120, np.uint8)).save(faceless)
+    return {"speech": speech_wav, "text": text, "empty": empty, "missing": folder / "nope.wav", "faceless": faceless}
 
 
 def run_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -179,6 +182,7 @@ CASES = {
     "zero-length wav": (["--audio", "{empty}"], "empty"),
     "unreadable image": (["--audio", "{speech}", "--image", "{text}"], "not a PNG, JPEG, WebP or GIF image"),
     "missing image": (["--audio", "{speech}", "--image", "{missing}"], "not found"),
+    "image without a face": (["--audio", "{speech}", "--image", "{faceless}"], "wall.png: no face found"),
     "output folder missing": (["--audio", "{speech}", "--out", "{out_dir}/no/such/dir/x.mp4"], "does not exist"),
     "output is a folder": (["--audio", "{speech}", "--out", "{out_dir}"], "directory"),
     "unknown avatar": (["--audio", "{speech}", "--avatar", "nobody-here"], "unknown avatar"),
@@ -240,20 +244,20 @@ def test_read_only_output_folder(speech_wav: Path, tmp_path: Path) -> None:
 
 def test_interrupted_render_leaves_no_file(speech_wav: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.pipeline import Pipeline
+    import engine.frames
 
-    render = Pipeline.render
+    drain = engine.frames.drain
     written: list[int] = []
 
-    def interrupted(self: Pipeline, *args: object, **kwargs: object) -> Iterator:
-        for i, frame in enumerate(render(self, *args, **kwargs)):
+    def interrupted(session: object) -> Iterator:
+        for i, frame in enumerate(drain(session)):
             if i == 10:
                 assert (tmp_path / ".out.mp4.partial").exists()  # it really was writing
                 raise KeyboardInterrupt
             written.append(frame.index)
             yield frame
 
-    monkeypatch.setattr(Pipeline, "render", interrupted)
+    monkeypatch.setattr(engine.frames, "drain", interrupted)
     code, _, stderr = run_cli(capsys, "--audio", str(speech_wav), "--out", str(tmp_path / "out.mp4"),
                               "--config", "micro")
     assert code == 130 and written == list(range(10))

@@ -305,27 +305,27 @@ def png(rgb: np.ndarray) -> str:
     return base64.b64encode(b"".join(bytes(p) for p in packets)).decode()
 
 
-async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs():
-    from engine.puppet import Identity, reference_image
-
-    custom = reference_image(Identity.sample(np.random.default_rng(12345), name="custom"), 200)
-    async with running_server(make_settings(max_image_bytes=60_000)) as srv:
-        s = await create(srv, image=png(custom))
+async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs(astronaut):
+    photo = png(astronaut)
+    wall = png(np.full((200, 200, 3), 120, np.uint8))
+    async with running_server(make_settings(max_image_bytes=len(photo) + 1000)) as srv:
+        s = await create(srv, image=photo)
         assert s["avatar"] is None
         session = srv.manager.sessions[s["session_id"]]
         await asyncio.wait_for(session.engine_started.wait(), 30)
-        assert await wait_until(lambda: session.link.nbytes() > 0, 10)  # the engine holds its reference
+        assert await wait_until(lambda: session.link.nbytes() > 0, 10)  # the engine holds its rolling state
+        assert (session.height, session.width) == (512, 512)
         cases = [
             ({"image": "not base64!"}, 400, "bad_image"),
             ({"image": base64.b64encode(b"hello, not an image").decode()}, 400, "bad_image"),
-            ({"image": png(custom[:40, :40])}, 400, "bad_image"),
-            ({"image": png(custom), "avatar": "ada"}, 400, "bad_image"),
-            ({"image": png(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8))},
-             413, "body_too_large"),
-            ({"image": base64.b64encode(bytes(61_000)).decode()}, 413, "image_too_large"),  # body fits, image not
+            ({"image": png(astronaut[:40, :40])}, 400, "bad_image"),
+            ({"image": wall}, 400, "bad_image"),
+            ({"image": photo, "avatar": "ada"}, 400, "bad_image"),
+            ({"image": base64.b64encode(bytes(len(photo) + 2000)).decode()}, 413, "image_too_large"),
         ]
         for body, status, code in cases:
             assert_error(await srv.http.post("/v1/sessions", json=body), status, code)
+        assert (await srv.http.post("/v1/sessions", json={"image": wall})).json()["error"]["message"] == "no face found"
         await assert_healthy(srv, 1)
     async with running_server(make_settings(), config="puppet") as srv:
-        assert_error(await srv.http.post("/v1/sessions", json={"image": png(custom)}), 400, "bad_image")
+        assert_error(await srv.http.post("/v1/sessions", json={"image": wall}), 400, "bad_image")

@@ -12,11 +12,12 @@ from image_helpers import encode, halves, png_bomb, raw_png
 from PIL import Image
 from server_helpers import make_settings, running_server
 
+from engine.media.image import decode_image
 from server.api.errors import ApiError
 from server.api.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine
-from server.session.reference_image import ReferenceImages
+from server.session.engine_link import Engine, ImageLimits, PhotoAvatar
+from server.session.reference_image import MIN_SIDE, ReferenceImages
 
 
 class ImageOnlyEngine(Engine):
@@ -32,9 +33,15 @@ def option(data: bytes) -> SessionCreate:
     return SessionCreate(image=base64.b64encode(data).decode())
 
 
-async def decode(data: bytes, **settings) -> np.ndarray:
+async def decode(data: bytes, **settings) -> PhotoAvatar | None:
     images = ReferenceImages(ImageOnlyEngine(), Settings.model_validate(settings))
     return await images.decode(option(data))
+
+
+async def rgb_of(data: bytes) -> np.ndarray:
+    """What the server decodes a file to, under its default limits, before looking for a face."""
+    settings = Settings()
+    return decode_image(data, ImageLimits(settings.max_image_side, settings.max_image_pixels, MIN_SIDE))
 
 
 async def refused(data: bytes, **settings) -> ApiError:
@@ -87,11 +94,24 @@ async def test_user_files_of_every_kind_come_out_as_rgb_frames():
         "big": (encode(halves(3000, 2000), "JPEG"), (1024, 1536)),  # fitted: the session holds 4.5 MB, not 18
     }
     for what, (data, shape) in cases.items():
-        rgb = await decode(data)
+        rgb = await rgb_of(data)
         assert rgb.shape == (*shape, 3) and rgb.dtype == np.uint8, what
-    assert (await decode(cases["16-bit gray"][0]) == 0x80).all()
-    assert (await decode(cases["alpha"][0]))[50, 50].tolist() == [255, 255, 255]  # transparent: over white
-    assert (await decode(cases["animated gif"][0]))[50, 50].tolist() == [255, 0, 0]  # the first frame
+    assert (await rgb_of(cases["16-bit gray"][0]) == 0x80).all()
+    assert (await rgb_of(cases["alpha"][0]))[50, 50].tolist() == [255, 255, 255]  # transparent: over white
+    assert (await rgb_of(cases["animated gif"][0]))[50, 50].tolist() == [255, 0, 0]  # the first frame
+    for what in ("gray", "alpha", "big"):
+        error = await refused(cases[what][0])
+        assert (error.status, error.code, error.message) == (400, "bad_image", "no face found"), what
+
+
+async def test_a_portrait_becomes_a_photo_avatar_and_faces_that_cannot_be_animated_are_400(astronaut):
+    photo = await decode(encode(Image.fromarray(astronaut), "JPEG"))
+    assert photo.image.shape == (512, 512, 3) and photo.face.landmarks.shape == (468, 3)
+    eyes = (photo.face.right_eye_center + photo.face.left_eye_center) / 2
+    assert 150 < eyes[1] < 260 and 200 < eyes[0] < 310, "the face framed head and shoulders"
+    small = Image.fromarray(astronaut).resize((358, 358), Image.Resampling.BOX)  # eyes 30 px apart
+    error = await refused(encode(small, "PNG"))
+    assert (error.status, error.code) == (400, "bad_image") and "too small" in error.message, error.message
 
 
 def rss_bytes() -> int:
