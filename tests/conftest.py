@@ -88,3 +88,25 @@ def astronaut() -> np.ndarray:
     from skimage import data
 
     return np.ascontiguousarray(data.astronaut())
+
+
+@pytest.fixture(scope="session")
+def astronaut_face(astronaut):
+    from engine.face import find_face
+
+    return find_face(astronaut)
+
+
+@pytest.fixture(scope="session")
+def astronaut_crop(astronaut, astronaut_face):
+    from engine.face import crop_face
+
+    return crop_face(astronaut, astronaut_face, 512)
+
+
+@pytest.fixture(scope="session")
+def astronaut_rig(astronaut_crop):
+    from engine.face import PhotoRig
+
+    crop, face = astronaut_crop
+    return PhotoRig.from_photo(crop, face)
