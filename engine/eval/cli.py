@@ -14,7 +14,10 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
     p = subparsers.add_parser("eval", help="score lip sync, identity drift, seams and PSNR/SSIM on held-out data")
     p.add_argument("--config", default="tiny", choices=sorted(CONFIGS), help="engine config (default tiny)")
-    p.add_argument("--minutes", type=float, default=60.0, help="length of the long identity-drift run (0: skip)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="length of the long identity-drift run (0: skip; default 60, or 10 with --image)")
+    p.add_argument("--image", default=None, metavar="PATH",
+                   help="score a photo avatar of this image instead (lip sync, upper-face SSIM, seams, fps)")
     p.add_argument("--clips", type=int, default=4, help="held-out clips for lip sync, seams, PSNR/SSIM")
     p.add_argument("--json", default=None, help="write the full result as JSON")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
@@ -35,31 +38,68 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     return p
 
 
+def _pipeline(args: argparse.Namespace):
+    from engine.pipeline import Pipeline
+
+    return Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
+                                weights=args.weights, threads=args.threads,
+                                deblock=() if args.no_deblock else None)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.minutes is None:
+        args.minutes = 10.0 if args.image else 60.0
     if args.clips < 1 or args.minutes < 0:
         print("avatar eval: error: --clips must be >= 1 and --minutes >= 0", file=sys.stderr)
         return 2
+    if args.image:
+        return cmd_eval_photo(args)
     from engine.eval.run import evaluate, format_table, update_card
-    from engine.models import WEIGHTS_DIR
-    from engine.pipeline import Pipeline
 
-    pipe = Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
-                                weights=args.weights, threads=args.threads,
-                                deblock=() if args.no_deblock else None)
+    pipe = _pipeline(args)
     result = evaluate(pipe, clips=args.clips, long_minutes=args.minutes, seed=args.seed, progress=not args.quiet,
                       sheet=Path(args.frames) if args.frames else None)
-    print(format_table(result))
+    command = (f"avatar eval --config {args.config} --clips {args.clips} --minutes {args.minutes:g} "
+               f"--seed {args.seed} --threads {args.threads} --device {args.device}"
+               + (f" --steps {args.steps}" if args.steps else "")
+               + (f" --guidance {args.guidance:g}" if args.guidance is not None else "")
+               + (" --no-deblock" if args.no_deblock else ""))
+    return _report(args, pipe, result, format_table(result), update_card, command)
+
+
+def _report(args: argparse.Namespace, pipe, result: dict, table: str, update, command: str) -> int:
+    """Print the table, write ``--json``, and with ``--card`` ``update(card path, result, command)``."""
+    from engine.models import WEIGHTS_DIR
+
+    print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     if args.card:
         folder = Path(args.weights) if args.weights else WEIGHTS_DIR / pipe.config.name
-        command = (f"avatar eval --config {args.config} --clips {args.clips} --minutes {args.minutes:g} "
-                   f"--seed {args.seed} --threads {args.threads} --device {args.device}"
-                   + (f" --steps {args.steps}" if args.steps else "")
-                   + (f" --guidance {args.guidance:g}" if args.guidance is not None else "")
-                   + (" --no-deblock" if args.no_deblock else ""))
-        update_card(folder / "model_card.json", result, command)
+        update(folder / "model_card.json", result, command)
     return 0
+
+
+def cmd_eval_photo(args: argparse.Namespace) -> int:
+    """``avatar eval --image``: the photo avatar of ``args.image`` on the ``fast`` preset."""
+    from engine.eval.photo import PhotoEvalError, evaluate_photo, format_photo_table, load_photo, update_photo_card
+
+    try:
+        photo = load_photo(args.image)
+    except PhotoEvalError as exc:
+        print(f"avatar eval: error: {exc.reason}", file=sys.stderr)
+        return 2
+    pipe = _pipeline(args).preset("fast")
+    try:
+        result = evaluate_photo(pipe, photo, clips=args.clips, minutes=args.minutes, seed=args.seed,
+                                progress=not args.quiet, image=Path(args.image).name)
+    except PhotoEvalError as exc:
+        print(f"avatar eval: error: {exc.reason}", file=sys.stderr)
+        return 2
+    command = (f"avatar eval --image {Path(args.image).name} --config {args.config} --clips {args.clips} "
+               f"--minutes {args.minutes:g} --seed {args.seed} --threads {args.threads} --device {args.device}"
+               + (f" --steps {args.steps}" if args.steps else ""))
+    return _report(args, pipe, result, format_photo_table(result), update_photo_card, command)
 
 
 def main(argv: list[str] | None = None) -> int:
