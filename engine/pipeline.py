@@ -209,13 +209,17 @@ class Pipeline(ConfiguredEngine):
         return to_uint8(direct), to_uint8(pooled)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
-                     seed: int = 0, photo: PhotoAvatar | None = None) -> StreamSession:
+                     seed: int = 0, photo: PhotoAvatar | None = None,
+                     reference: np.ndarray | None = None) -> StreamSession:
         """A session of a bundled avatar, or of a photograph (``image``, or a ``photo`` already
         made of one: ``FaceError`` when it has no usable face). A photo session's DiT drives the
         bundled ``avatar`` (default: the default avatar) and its frames are the photo warped to
-        that face's motion (``engine.stages.photo_composite``)."""
+        that face's motion (``engine.stages.photo_composite``). ``reference``: a stylised
+        portrait the DiT itself draws (the held-out identities ``avatar eval`` scores)."""
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
+        if reference is not None:
+            return StreamSession(self, self.reference(reference), seed)
         if image is not None and photo is None:
             from engine.photo.avatar import photo_avatar
 
@@ -232,10 +236,10 @@ class Pipeline(ConfiguredEngine):
         return StreamSession(self, self._bundled[name], seed, photo_state)
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
-               seed: int = 0) -> Iterator[PublishedFrame]:
+               seed: int = 0, reference: np.ndarray | None = None) -> Iterator[PublishedFrame]:
         """Batch mode: the whole audio at once, frames as each chunk is done. The session
         opens here, so a bad avatar or image fails at the call, not at the first frame."""
-        session = self.open_session(avatar, image, seed)
+        session = self.open_session(avatar, image, seed, reference=reference)
         session.feed(pcm)
         session.close_input()
         return drain(session)

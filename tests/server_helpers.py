@@ -124,7 +124,9 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
 @contextlib.asynccontextmanager
 async def serving(app, settings: Settings) -> AsyncIterator[Running]:
     """``app`` on uvicorn in this process, on an ephemeral loopback port, until the block ends."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+    # Keep-alive longer than any test's pause between requests: uvicorn closing an idle connection
+    # just as the client reuses it reads as a ReadError.
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=120,
                             ws_max_size=settings.max_control_bytes + 4096, proxy_headers=settings.proxy_headers)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

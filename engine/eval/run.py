@@ -61,7 +61,7 @@ def square_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
 def subject(pipeline: Pipeline | PuppetPipeline, identity: Identity, reference: np.ndarray) -> dict[str, Any]:
     """Who to draw, as the pipeline takes it: learned engines see the identity only through
     its reference image; the puppet draws the identity itself."""
-    return {"avatar": identity} if isinstance(pipeline, PuppetPipeline) else {"image": reference}
+    return {"avatar": identity} if isinstance(pipeline, PuppetPipeline) else {"reference": reference}
 
 
 def generate(pipeline: Pipeline | PuppetPipeline, clip: Clip, reference: np.ndarray, seed: int) -> Rendered:

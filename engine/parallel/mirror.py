@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from engine.pipeline import Pipeline, StreamSession
 from engine.quality import Quality
 from engine.stages.decode_publish import frame_span
 
+if TYPE_CHECKING:
+    from engine.photo.avatar import PhotoAvatar
+
 Variant = tuple[tuple[str, object], ...]  # how a sibling pipeline derives from the root: (("preset", "fast"),)
 
 
@@ -34,7 +37,7 @@ Variant = tuple[tuple[str, object], ...]  # how a sibling pipeline derives from 
 class Open:
     sid: int
     avatar: str | None
-    image: np.ndarray | None
+    photo: PhotoAvatar | None
     seed: int
     variant: Variant = ()
 
@@ -125,12 +128,12 @@ class Replica:
 
     def apply(self, cmd: Command, context: object) -> object:
         match cmd:
-            case Open(sid, avatar, image, seed, variant):
+            case Open(sid, avatar, photo, seed, variant):
                 if variant not in self.variants:
                     self.variants[variant] = derive(self.pipe, variant)
                 owner = self.variants[variant]
                 try:
-                    self.sessions[sid] = owner.open_session(avatar=avatar, image=image, seed=seed)
+                    self.sessions[sid] = owner.open_session(avatar=avatar, photo=photo, seed=seed)
                 except (KeyError, ValueError):  # refused on rank 0 just the same, before any collective
                     return None
                 self.owners[sid] = owner
@@ -239,11 +242,15 @@ class MirroredPipeline:
         return self._sibling("with_interp", interp)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
-                     seed: int = 0) -> MirroredSession:
+                     seed: int = 0, photo: PhotoAvatar | None = None) -> MirroredSession:
+        if image is not None and photo is None:  # the face is found once, here, not on every rank
+            from engine.photo.avatar import photo_avatar
+
+            photo = photo_avatar(image)
         mirror = self.mirror
         sid = next(mirror.ids)
-        local = mirror.lockstep(Open(sid, avatar, image, seed, self.variant),
-                                lambda: self.local.open_session(avatar=avatar, image=image, seed=seed))
+        local = mirror.lockstep(Open(sid, avatar, photo, seed, self.variant),
+                                lambda: self.local.open_session(avatar=avatar, photo=photo, seed=seed))
         session = MirroredSession(self, sid, local)
         weakref.finalize(session, mirror.change, Drop(sid))
         mirror.live.add(session)

@@ -266,7 +266,7 @@ class _PuppetPipeline:
         self.device, self.steps, self.weights_loaded = "cpu", 0, []
         self.fps, self.sample_rate, self.frame_size = 25, SR, (size, size)
 
-    def render(self, pcm: np.ndarray, image: np.ndarray, seed: int = 0) -> Iterator[PublishedFrame]:
+    def render(self, pcm: np.ndarray, reference: np.ndarray, seed: int = 0) -> Iterator[PublishedFrame]:
         states = face_track_from_audio(pcm, SR, 25, seed=self.track_seed)
         frames = render_video(self.identity, states, self.size)
         chunk = 16 if self.config.schedule.interp else 12
