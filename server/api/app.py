@@ -208,7 +208,8 @@ def create_app(
         m = manager(request)
         client = client_key(request.client.host if request.client else None,
                             _bearer(request) if settings.auth_token is not None else None)
-        with limits.admitted(client, m.waiting_for_offer) as created:
+        rejected = metrics.sessions_rejected.labels("rate_limited").inc
+        with limits.admitted(client, m.waiting_for_offer, rejected) as created:
             session = await m.create(body or SessionCreate())
             created(session.id)
         return SessionCreated(

@@ -94,11 +94,15 @@ class ClientLimits:
             client.unoffered[session_id] = self._clock()
 
     @contextlib.contextmanager
-    def admitted(self, key: str, waiting: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
-        """Around one creation: ``429 rate_limited`` (with Retry-After) if refused; the block calls
-        what it is given with the new session's id, and the creation is settled however it ends."""
+    def admitted(self, key: str, waiting: Callable[[str], bool],
+                 on_refused: Callable[[], None] | None = None) -> Iterator[Callable[[str], None]]:
+        """Around one creation: ``429 rate_limited`` (with Retry-After; ``on_refused`` is told) if
+        refused; the block calls what it is given with the new session's id, and the creation is
+        settled however it ends."""
         refusal = self.admit(key, waiting)
         if refusal is not None:
+            if on_refused is not None:
+                on_refused()
             raise ApiError(429, "rate_limited", refusal.message, retry_after=refusal.retry_after_s)
         created: list[str] = []
         try:

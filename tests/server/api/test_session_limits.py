@@ -39,6 +39,8 @@ async def test_a_loop_is_refused_with_retry_after_and_a_spoofed_forwarded_for_do
         wait = refused(await srv.http.post("/v1/sessions", json={}), "3 a minute")
         assert 50 <= wait <= 60
         assert (await srv.http.get("/healthz")).json()["sessions"] == 1
+        metrics = (await srv.http.get("/metrics")).text
+        assert 'avatar_sessions_rejected_total{reason="rate_limited"} 3.0' in metrics
 
 
 async def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client():
