@@ -17,7 +17,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from server.config import IceServer
 from server.media.broadcast import Broadcast, FanOutTrack
 from server.media.microphone import consume_microphone
-from server.media.peer import answer, create_peer
+from server.media.peer import answer, close_peer, create_peer
 
 
 @dataclass
@@ -94,5 +94,5 @@ class Viewers:
             track.stop()
         for task in list(viewer.tasks):
             task.cancel()
-        await viewer.pc.close()
+        await close_peer(viewer.pc)  # bounded, sockets freed even when aiortc hangs or raises
         await asyncio.gather(*viewer.tasks, return_exceptions=True)
