@@ -59,7 +59,9 @@ class SessionReaper:
         times = session.liveness
         pc = session.pc
         if pc is None:
-            if len(session.viewers):  # WHEP viewers alone keep an agent's session alive
+            # WHEP viewers alone keep an agent's session alive, and so does its agent's control
+            # socket (whose heartbeat notices a vanished agent): its viewers may come later.
+            if len(session.viewers) or session.control_attached:
                 return None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None
         if pc.connectionState in ("failed", "closed"):

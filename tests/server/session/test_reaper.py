@@ -11,7 +11,7 @@ from server.session.reaper import MAX_REMOTE_STREAMS, SessionReaper
 
 def session(pc=None, created_at: float = 100.0) -> SimpleNamespace:
     times = SimpleNamespace(created_at=created_at, offered_at=created_at, last_heard_at=created_at)
-    return SimpleNamespace(closing=False, liveness=times, pc=pc, viewers=())
+    return SimpleNamespace(closing=False, liveness=times, pc=pc, viewers=(), control_attached=False)
 
 
 class Receiver:
@@ -42,6 +42,17 @@ async def test_a_session_without_an_offer_frees_its_slot_after_ten_seconds():
     assert await reaper.reason_to_reap(session(), now=110.1) == "no_offer"
     short = SessionReaper(None, Settings(offer_timeout_s=2.0))
     assert await short.reason_to_reap(session(), now=102.5) == "no_offer"
+
+
+async def test_an_agent_holding_the_control_socket_keeps_a_session_without_a_peer():
+    """An agent's session streams to viewers that may come later; its control socket holds it,
+    and once the socket is gone the offer timeout (long past) frees it at the next check."""
+    reaper = SessionReaper(None, Settings())
+    held = session()
+    held.control_attached = True
+    assert await reaper.reason_to_reap(held, now=400.0) is None
+    held.control_attached = False
+    assert await reaper.reason_to_reap(held, now=401.0) == "no_offer"
 
 
 async def test_a_peer_sending_from_too_many_ssrcs_is_reaped():
