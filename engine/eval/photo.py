@@ -234,7 +234,8 @@ def mouth_jitter(frames: np.ndarray, box: tuple[int, int, int, int]) -> float:
 
     Coherent motion (the jaw easing open and shut) keeps the second difference small next to
     the first; frame-to-frame flicker (a triangle flipping, a mask popping, a reading that
-    chatters) makes them alike: independent noise scores sqrt(3) = 1.73.
+    chatters) makes them alike: independent noise scores sqrt(3) = 1.73. The puppet renderer's own
+    video of held-out speech (the stylised ground truth) scores about 1.4 in its mouth box.
     """
     y0, y1, x0, x1 = box
     v = frames[:, y0:y1, x0:x1].astype(np.int16)
@@ -246,7 +247,8 @@ def mouth_jitter(frames: np.ndarray, box: tuple[int, int, int, int]) -> float:
 def seam_scores(frames: np.ndarray, openness: np.ndarray, photo: PhotoAvatar, band: np.ndarray) -> dict[str, float]:
     """Seams of one clip: the composite boundary's gradient on its most open frame and on its
     most closed one (``open_over_closed``: 1.0 = opening the mouth adds no edge where the warp
-    meets the photo; a tear raises it) and each over the photo's own (``*_over_photo``), plus
+    meets the photo; a tear raises it: the warped pixels shifted 2 px against the photo's score
+    about 1.15, 4 px about 1.34) and each over the photo's own (``*_over_photo``), plus
     ``mouth_jitter`` over the clip."""
     photo_g = band_gradient(photo.image, band)
     g_open = band_gradient(frames[int(np.argmax(openness))], band)

@@ -79,10 +79,16 @@ def test_upper_face_keeps_the_photo(rendered: dict[str, np.ndarray]) -> None:
 @needs_espeak
 def test_composite_boundary_has_no_seam(rendered: dict[str, np.ndarray], photo: PhotoAvatar) -> None:
     rig = PhotoRig.from_photo(photo.image, photo.face)
-    seams = seam_scores(rendered["frames"], rendered["openness"], photo, seam_band(rig, photo.face))
+    band = seam_band(rig, photo.face)
+    seams = seam_scores(rendered["frames"], rendered["openness"], photo, band)
     print(f"\nseams: {seams}")
     assert seams["open_over_closed"] <= 1.2
     assert seams["mouth_jitter"] < 1.7  # below independent flicker
+    # A tear: the open frame's warped pixels 4 px lower than the photo's around them.
+    torn = rendered["frames"].copy()
+    k = int(np.argmax(rendered["openness"]))
+    torn[k][rig.motion_region] = np.roll(torn[k], 4, axis=0)[rig.motion_region]
+    assert seam_scores(torn, rendered["openness"], photo, band)["open_over_closed"] > 1.2
 
 
 def test_upper_face_measure_tells_changes_apart(photo: PhotoAvatar) -> None:
