@@ -10,10 +10,11 @@ photo is scored by what mediapipe's face mesh (``engine.face``) reads back from 
   Pearson r at lag 0 and at the best lag in [-3, 3] frames (``run.pooled_lip_sync``), on the
   held-out clips of ``material`` (voices and sentences training never saw);
 * upper-face identity: SSIM (``metrics.ssim``) of the eyes, brows and forehead against the
-  photo's crop, after a similarity transform from the frame's mesh to the photo's mesh on
-  points the rig moves rigidly (eye corners, brows, the nose bridge), on every clip frame
-  and, over a long session fed a loop of held-out speech with pauses, on one second of
-  frames at the end of every minute, where the session's rolling state bytes are read too;
+  photo's crop, after a similarity transform from the frame's mesh to the photo's mesh on the
+  points above the nose the rig moves only with the head, refined by an affine ECC fit
+  (``UpperFace`` says why), on every clip frame and, over a long session fed a loop of
+  held-out speech with pauses, on one second of frames at the end of every minute, where the
+  session's rolling state bytes (tensors, and the audio fed ahead) are read too;
 * mouth-region seams (``seam_scores``): the gradient on the band where warped pixels meet the
   photo's own, with the mouth open against closed, and the mouth box's temporal jitter;
 * fps: published frames per wall-clock second of the whole pipeline (DiT, decoder, motion
