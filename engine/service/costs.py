@@ -20,6 +20,9 @@ calibration, and the batch of 2 nobody has run since would look as cheap as it d
 After a baseline is set, every observation of a baselined key and size also updates one
 ``load`` factor (observed / baseline, EWMA), and keys with a baseline are estimated as
 ``baseline × load``: what a size not run lately costs follows what the sizes run now cost.
+One observation moves the factor as if it were at most ``LOAD_CLIP`` times slower (or faster)
+than the baseline: a single stalled call (a page-fault storm, a neighbour's burst) must not
+shut admission, while a machine that stays slower moves it all the way.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 
 JsonDict = dict[str, object]
+LOAD_CLIP = 3.0
 
 
 def kind_of(cost_key: Hashable) -> Hashable:
@@ -134,7 +138,7 @@ class CostModel:
         self._costs.setdefault(cost_key, {}).setdefault(batch_size, _Ewma()).add(seconds, self.alpha)
         base = self._baseline.get(cost_key, {}).get(batch_size)
         if base:
-            self._load.add(seconds / base, self.load_alpha)
+            self._load.add(min(max(seconds / base, 1.0 / LOAD_CLIP), LOAD_CLIP), self.load_alpha)
 
     def observe_stages(self, cost_key: Hashable, batch_size: int, stages: Mapping[str, float]) -> None:
         """Where the seconds of one call went, per stage (for metrics; estimates use ``observe``)."""

@@ -140,6 +140,16 @@ def test_a_slower_machine_scales_the_sizes_not_run_since_calibration() -> None:
     assert costs.snapshot()["load"] == 1.5
 
 
+def test_one_stalled_call_moves_the_load_as_a_three_times_slower_one() -> None:
+    costs = CostModel(alpha=1.0, load_alpha=1.0)
+    costs.observe("N", 1, 0.010)
+    costs.set_baseline()
+    costs.observe("N", 1, 1.0)  # 100x: a stall
+    assert costs.load == pytest.approx(3.0)
+    costs.observe("N", 1, 0.0001)
+    assert costs.load == pytest.approx(1 / 3)
+
+
 def test_keys_without_a_baseline_use_their_own_measurements() -> None:
     costs = CostModel(alpha=1.0)
     costs.observe("N", 1, 0.010)
