@@ -58,9 +58,26 @@ async function api(path, { method = "GET", body, token } = {}) {
   const data = await res.json().catch(() => ({}));
   if (!res.ok) {
     const err = data.error || {};
-    throw new Error(`${err.message || res.statusText} (${res.status}${err.code ? ` ${err.code}` : ""})`);
+    const error = new Error(`${err.message || res.statusText} (${res.status}${err.code ? ` ${err.code}` : ""})`);
+    error.code = err.code;
+    error.retryAfter = Number(res.headers.get("Retry-After"));
+    throw error;
   }
   return data;
+}
+
+// A worker that just admitted a session measures it for a moment before it admits the next
+// (503 at_capacity with a short Retry-After): a page that arrives then waits its turn.
+async function createSession(body, token, attempts = 4) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await api("/v1/sessions", { method: "POST", token, body });
+    } catch (err) {
+      if (err.code !== "at_capacity" || !(err.retryAfter <= 5) || attempt >= attempts) throw err;
+      setStatus(`server busy: trying again in ${err.retryAfter} s`, "connecting");
+      await new Promise((resolve) => setTimeout(resolve, err.retryAfter * 1000));
+    }
+  }
 }
 
 async function loadInfo() {
@@ -332,13 +349,10 @@ async function start() {
   try {
     // Everything slow runs at once: the server warms the engine up, the browser opens the
     // microphone, and the connection is negotiated; the mic track joins its slot when ready.
-    const created = state.attached ? Promise.resolve(state.attached) : api("/v1/sessions", {
-      method: "POST", token,
-      body: {
-        mode, quality: $("quality").value || null, ...(await chosenAvatar()),
-        barge_in: $("barge-in").checked,
-      },
-    });
+    const created = state.attached ? Promise.resolve(state.attached) : createSession({
+      mode, quality: $("quality").value || null, ...(await chosenAvatar()),
+      barge_in: $("barge-in").checked,
+    }, token);
     micOpening = openMicrophone(mode);
     micOpening.catch(() => {});  // awaited below, once the connection is under way
     // With no STUN/TURN servers configured the session's ICE servers are known to be none, so

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, chromium
 from server_helpers import make_settings, running_server, wait_until
@@ -59,19 +58,39 @@ async def test_refused_microphone_gets_a_clear_message_and_leaves_no_session(tmp
         assert await wait_until(lambda: not srv.manager.sessions, 5)
 
 
-async def test_own_reference_image_from_the_page(tmp_path):
-    """The page's file input sends a portrait; the session uses it instead of a bundled avatar."""
+async def test_own_photo_from_the_page(tmp_path, astronaut):
+    """The page's file input sends a photograph; the session animates it at 512x512 instead of a
+    bundled avatar."""
     from engine.media.audio_io import save_png
-    from engine.puppet import Identity, reference_image
 
     portrait = tmp_path / "me.png"
-    save_png(portrait, reference_image(Identity.sample(np.random.default_rng(777), name="me"), 256))
+    save_png(portrait, astronaut)
     async with running_server(make_settings(max_sessions=1)) as srv, chromium(tmp_path) as (_, page):
         await page.goto(f"{srv.url}/?mode=mirror")
         await page.set_input_files("#image", str(portrait))
         await page.click("#start")
         await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
         (session,) = srv.manager.sessions.values()
-        assert session.avatar is None  # the engine draws the page's portrait, not a bundled avatar
+        assert session.avatar is None and (session.height, session.width) == (512, 512)
+        assert await page.evaluate("window.avatarDemo.stats.frameWidth") == 512
         await page.click("#stop")
         assert await wait_until(lambda: not srv.manager.sessions, 10)
+
+
+async def test_a_page_arriving_while_the_engine_measures_waits_its_turn(tmp_path):
+    """Right after admitting a session the worker answers 503 at_capacity with a short Retry-After;
+    the page says so, waits, and connects."""
+    settings = make_settings(max_sessions=None, engine_settle_s=3.0, warm_up=False)
+    async with running_server(settings, config="puppet") as srv, chromium(tmp_path) as (_, page):
+        first = await srv.http.post("/v1/sessions", json={})
+        assert first.status_code == 201
+        statuses: list[str] = []
+        await page.expose_function("noteStatus", lambda text: statuses.append(text))
+        await page.goto(f"{srv.url}/?mode=mirror")
+        await page.evaluate("""() => new MutationObserver(() => window.noteStatus(
+            document.querySelector('#status').textContent)).observe(document.querySelector('#status'),
+            {childList: true, characterData: true, subtree: true})""")
+        await page.click("#start")
+        await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 10", timeout=30_000)
+        assert any(s.startswith("server busy: trying again in") for s in statuses), statuses
+        assert len(srv.manager.sessions) == 2

@@ -68,8 +68,11 @@ class SoakSession:
         self.metrics: list[tuple[float, dict]] = []
         self.video, self.audio, self.stop = Received("video"), Received("audio"), asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Open the session (False: refused at capacity)."""
         res = await self.srv.http.post("/v1/sessions", json=self.options)
+        if res.status_code == 503 and res.json()["error"]["code"] == "at_capacity":
+            return False
         assert res.status_code == 201, res.text
         self.session = s = res.json()
         url = f"{self.srv.ws_url}/v1/sessions/{s['session_id']}/control?token={s['token']}"
@@ -79,6 +82,24 @@ class SoakSession:
         self.pc = await connect_client(self.srv, s, SpeechTrack(speech_pcm16(), loop=True))
         self.tasks = [asyncio.create_task(collect(r.track, self.video if r.track.kind == "video" else self.audio,
                                                   self.stop, False)) for r in self.pc.getReceivers()]
+        return True
+
+
+async def open_admitted(srv, options: dict, count: int) -> list[SoakSession]:
+    """Up to ``count`` sessions, opened as a client would: after a refusal while a worker measures
+    its newest session, again once its Retry-After has passed; a refusal at capacity ends it."""
+    sessions: list[SoakSession] = []
+    while len(sessions) < count:
+        session = SoakSession(srv, options)
+        if await session.start():
+            sessions.append(session)
+            continue
+        workers = (await srv.http.get("/v1/engine")).json()["workers"]
+        settling = [w["settling_s"] for w in workers if w["settling_s"] > 0]
+        if not settling:
+            break
+        await asyncio.sleep(max(settling) + 0.6)  # past the settle, and one more worker report
+    return sessions
 
     async def _read(self) -> None:
         async for raw in self.ws:
@@ -119,9 +140,8 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     count = int(os.environ.get("AVATAR_SOAK_SESSIONS", "1"))
     quality = os.environ.get("AVATAR_SOAK_QUALITY", "fast")
     async with server_under_test(config, monkeypatch, count) as srv:
-        sessions = [SoakSession(srv, {"mode": "mirror", "quality": quality}) for _ in range(count)]
-        for s in sessions:
-            await s.start()
+        sessions = await open_admitted(srv, {"mode": "mirror", "quality": quality}, count)
+        assert sessions, "the server admitted no session"
         await asyncio.sleep(duration)
         engine = (await srv.http.get("/v1/engine")).json()["workers"]
         for s in sessions:
@@ -130,7 +150,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
         for s in sessions:
             await s.close()
         chunk_ms = {k: round(v, 1) for w in engine for k, v in w["chunk_ms"].items()}
-        print(f"\nsoak {duration:.0f} s, {count} session(s), {config}, {quality}, server "
+        print(f"\nsoak {duration:.0f} s, {len(sessions)} of {count} session(s) admitted, {config}, {quality}, server "
               f"{os.environ.get('AVATAR_SOAK_SERVER', 'process')}; engine ms per chunk and session by stage "
               f"{chunk_ms}, batch mean {[w['batch_mean'] for w in engine]}, quality changes "
               f"{[w['quality_changes'] for w in engine]}")
