@@ -84,23 +84,6 @@ class SoakSession:
                                                   self.stop, False)) for r in self.pc.getReceivers()]
         return True
 
-
-async def open_admitted(srv, options: dict, count: int) -> list[SoakSession]:
-    """Up to ``count`` sessions, opened as a client would: after a refusal while a worker measures
-    its newest session, again once its Retry-After has passed; a refusal at capacity ends it."""
-    sessions: list[SoakSession] = []
-    while len(sessions) < count:
-        session = SoakSession(srv, options)
-        if await session.start():
-            sessions.append(session)
-            continue
-        workers = (await srv.http.get("/v1/engine")).json()["workers"]
-        settling = [w["settling_s"] for w in workers if w["settling_s"] > 0]
-        if not settling:
-            break
-        await asyncio.sleep(max(settling) + 0.6)  # past the settle, and one more worker report
-    return sessions
-
     async def _read(self) -> None:
         async for raw in self.ws:
             event = json.loads(raw)
@@ -132,6 +115,23 @@ async def open_admitted(srv, options: dict, count: int) -> list[SoakSession]:
         await self.pc.close()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.reader.cancel()
+
+
+async def open_admitted(srv, options: dict, count: int) -> list[SoakSession]:
+    """Up to ``count`` sessions, opened as a client would: after a refusal while a worker measures
+    its newest session, again once its Retry-After has passed; a refusal at capacity ends it."""
+    sessions: list[SoakSession] = []
+    while len(sessions) < count:
+        session = SoakSession(srv, options)
+        if await session.start():
+            sessions.append(session)
+            continue
+        workers = (await srv.http.get("/v1/engine")).json()["workers"]
+        settling = [w["settling_s"] for w in workers if w["settling_s"] > 0]
+        if not settling:
+            break
+        await asyncio.sleep(max(settling) + 0.6)  # past the settle, and one more worker report
+    return sessions
 
 
 async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
