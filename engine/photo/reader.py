@@ -8,7 +8,8 @@ identities, poses, blinks and mouth shapes, with blur/noise/colour augmentation 
 the softer frames the generator makes. Like the openness probe it also sees the driver's
 reference (neutral, mouth closed), which separates a wide mouth at rest from an open one.
 
-Regenerate the shipped weights with ``python -m engine.photo.reader`` (about a minute of CPU).
+Trained by ``avatar train`` (its ``reader`` stage) or ``python -m engine.photo.reader`` (about
+100 s of CPU).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from torch import nn
 from engine.eval.probe import HELD_OUT_SEED, augment, mouth_crops, puppet_frames, square
 from engine.puppet import FaceState
 
-READER_PATH = Path(__file__).resolve().parent.parent / "weights" / "motion_reader.safetensors"
+# Trained by `avatar train` (stage "reader") beside the bundled model; it reads any engine's frames.
+READER_PATH = Path(__file__).resolve().parent.parent / "weights" / "tiny" / "motion_reader.safetensors"
 FACE_INPUT = 48
 # What the reader outputs, in order: FaceState fields, scaled so each spans about [-1, 1].
 OUTPUTS: tuple[tuple[str, float], ...] = (

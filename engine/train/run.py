@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.config import get_config
 
-STAGES = ("vae", "latents", "dit", "sr")
+STAGES = ("vae", "latents", "dit", "sr", "reader")
 
 
 def tail_mean(values: list[float], n: int) -> float:
@@ -31,6 +31,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--vae-steps", type=int, default=2200)
     p.add_argument("--dit-steps", type=int, default=3200)
     p.add_argument("--sr-steps", type=int, default=800)
+    p.add_argument("--reader-steps", type=int, default=2000, help="steps of the photo avatars' motion reader")
+    p.add_argument("--reader-identities", type=int, default=400, help="puppet identities the reader trains on")
     p.add_argument("--vae-lr", type=float, default=3e-3, help="peak learning rate of the autoencoder (one-cycle)")
     p.add_argument("--dit-lr", type=float, default=1e-3, help="peak learning rate of the DiT (one-cycle)")
     p.add_argument("--mouth-weight", type=float, default=12.0,
@@ -124,5 +126,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             losses = train_sr(models.sr, data, args.sr_steps, args.seed)
             models.sr.save(out / "sr.safetensors")
             record("sr", t0, steps=args.sr_steps, final_mse=tail_mean(losses, 50))
+        elif stage == "reader":
+            from engine.photo.reader import train_reader
+
+            report = train_reader(args.seed, out / "motion_reader.safetensors", identities=args.reader_identities,
+                                  steps=args.reader_steps, log=False)
+            record("reader", t0, steps=args.reader_steps, identities=args.reader_identities,
+                   heldout_r=report["heldout_r"])
         print(f"stage {stage} done in {time.time() - t0:.0f} s")
     return 0

@@ -128,25 +128,26 @@ def test_one_sr_step_lowers_its_loss(clips: list) -> None:
 
 def train(out: Path) -> None:
     args = ["train", "--config", "micro", "--out", str(out), "--clips", "2", "--vae-steps", "3",
-            "--dit-steps", "3", "--sr-steps", "3", "--threads", "1", "--seed", "5"]
+            "--dit-steps", "3", "--sr-steps", "3", "--reader-steps", "3", "--reader-identities", "3", "--threads", "1",
+            "--seed", "5"]
     assert avatar(args) == 0
 
 
 def test_avatar_train_writes_reproducible_loadable_checkpoints(tmp_path: Path) -> None:
     train(tmp_path / "a" / "micro")
     train(tmp_path / "b" / "micro")
-    names = ("audio", "encoder", "dit", "sr", "decoder")
+    names = ("audio", "encoder", "dit", "sr", "decoder", "motion_reader")
     for name in names:
         a = load_file(tmp_path / "a" / "micro" / f"{name}.safetensors")
         b = load_file(tmp_path / "b" / "micro" / f"{name}.safetensors")
         assert a.keys() == b.keys()
         assert all(torch.equal(a[k], b[k]) for k in a), f"{name} differs between two runs with one seed"
     card = json.loads((tmp_path / "a" / "micro" / "model_card.json").read_text())
-    assert set(card["stages"]) == {"vae", "latents", "dit", "sr"}
+    assert set(card["stages"]) == {"vae", "latents", "dit", "sr", "reader"}
     assert card["stages"]["dit"]["steps"] == 3 and card["stages"]["vae"]["final_l1"] > 0
     fresh = Pipeline.from_config("micro")
     trained = Pipeline.from_config("micro", weights=tmp_path / "a" / "micro")
-    assert sorted(trained.weights_loaded) == sorted(names)
+    assert sorted(trained.weights_loaded) == sorted(n for n in names if n != "motion_reader")
     assert not torch.equal(trained.models.decoder.out.weight, fresh.models.decoder.out.weight)
     loaded = load_file(tmp_path / "a" / "micro" / "decoder.safetensors")
     assert torch.equal(trained.models.decoder.out.weight, loaded["out.weight"])
