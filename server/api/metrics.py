@@ -6,7 +6,10 @@ nothing leaks through the module-level default registry.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import asyncio
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServerMetrics"]
@@ -16,6 +19,11 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # process_resident_memory_bytes, process_open_fds, ...: what a long soak must see stay flat.
+        ProcessCollector(registry=r)
+        self.threads = Gauge("avatar_server_threads", "Threads of the server process", registry=r)
+        self.threads.set_function(threading.active_count)
+        self.tasks = Gauge("avatar_server_tasks", "Asyncio tasks of the server's event loop", registry=r)
         self.sessions_active = Gauge("avatar_sessions_active", "Avatar sessions alive now", registry=r)
         self.sessions_created = Counter("avatar_sessions_created", "Sessions created", registry=r)
         self.sessions_rejected = Counter(
@@ -109,4 +117,6 @@ class ServerMetrics:
                 self.engine_quality_sessions.labels(label, str(level)).set(levels.get(level, 0))
 
     def render(self) -> bytes:
+        """The metrics text (called on the event loop, whose tasks it counts)."""
+        self.tasks.set(len(asyncio.all_tasks()))
         return generate_latest(self.registry)

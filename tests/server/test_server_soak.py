@@ -2,7 +2,8 @@
 120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
 from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2),
 ``AVATAR_SOAK_QUALITY`` the preset (quality | fast), ``AVATAR_SOAK_SESSIONS`` how many concurrent
-sessions (default 1), ``AVATAR_SOAK_SERVER`` where the server runs:
+sessions (default 1), ``AVATAR_SOAK_IMAGE`` a photo to animate (a path; ``astronaut``: scikit-image's
+portrait) instead of the default avatar, ``AVATAR_SOAK_SERVER`` where the server runs:
 ``process`` (default: ``avatar serve`` in its own process, as deployed, so the measuring client
 does not share its interpreter) or ``inprocess``.
 
@@ -14,15 +15,19 @@ server-side is read from the control socket's ``metrics`` events.
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import websockets
+from PIL import Image
 from server_helpers import (
     Received,
     SpeechTrack,
@@ -54,6 +59,22 @@ def server_under_test(config: str, monkeypatch, sessions: int):
     if os.environ.get("AVATAR_SOAK_SERVER", "process") == "inprocess":
         return running_server(make_settings(max_sessions=sessions), config=config)
     return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")), max_sessions=sessions)
+
+
+def soak_image() -> dict:
+    """The ``image`` option of the soak's sessions (none: the default avatar)."""
+    name = os.environ.get("AVATAR_SOAK_IMAGE")
+    if not name:
+        return {}
+    if name == "astronaut":
+        from skimage import data
+
+        out = io.BytesIO()
+        Image.fromarray(data.astronaut()).save(out, "PNG")
+        raw = out.getvalue()
+    else:
+        raw = Path(name).read_bytes()
+    return {"image": base64.b64encode(raw).decode()}
 
 
 def last_before(metrics: list[tuple[float, dict]], t: float) -> dict:
@@ -140,7 +161,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     count = int(os.environ.get("AVATAR_SOAK_SESSIONS", "1"))
     quality = os.environ.get("AVATAR_SOAK_QUALITY", "fast")
     async with server_under_test(config, monkeypatch, count) as srv:
-        sessions = await open_admitted(srv, {"mode": "mirror", "quality": quality}, count)
+        sessions = await open_admitted(srv, {"mode": "mirror", "quality": quality, **soak_image()}, count)
         assert sessions, "the server admitted no session"
         await asyncio.sleep(duration)
         engine = (await srv.http.get("/v1/engine")).json()["workers"]
