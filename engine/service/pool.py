@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.service import wire
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.launch import WorkerHandle, launcher
 from engine.service.messages import (
@@ -104,8 +105,8 @@ class WorkerLink:
         if self.state in ("lost", "failed", "stopped") or self.handle is None:
             return
         try:
-            self.handle.conn.send(msg)
-        except (OSError, ValueError):
+            wire.send(self.handle.conn, msg)
+        except (OSError, ValueError):  # TimeoutError among them: a worker that reads nothing is gone
             self._ended("the engine worker's connection broke")
 
     def _readable(self) -> None:

@@ -7,9 +7,17 @@ portrait) instead of the default avatar, ``AVATAR_SOAK_SERVER`` where the server
 ``process`` (default: ``avatar serve`` in its own process, as deployed, so the measuring client
 does not share its interpreter) or ``inprocess``.
 
-Reports and checks the serving targets: A/V offset within one frame over the whole session,
-deadline misses at steady state, engine state memory flat, time to first frame. Everything
-server-side is read from the control socket's ``metrics`` events.
+Traffic: the first session is a mirror session whose microphone loops speech; every other one is
+an agent session that speaks 3 s utterances with 2 s of silence between them, every third one
+interrupted 1 s in (the hours-long mode, ``AVATAR_SOAK_S=14400 AVATAR_SOAK_SESSIONS=2``; two
+``tiny`` sessions need more than this 2-core machine admits, ``AVATAR_SOAK_CONFIG=micro`` measures
+the serving layer).
+
+Reports and checks the serving targets: A/V offset within one frame in every 30 s window,
+deadline misses at steady state, engine state memory flat, time to first frame; and of the server
+process (``/metrics``, from the end of the warm-up to the end): resident memory within 2%, no more
+open file descriptors, threads or event-loop tasks. Everything per session is read from the
+control socket's ``metrics`` events.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import numpy as np
 import pytest
 import torch
 import websockets
+from agent_helpers import append_message
 from PIL import Image
 from server_helpers import (
     Received,
@@ -52,6 +61,7 @@ def engine_threads() -> Iterator[None]:
     yield
     torch.set_num_threads(before)
 WARMUP_S = 15.0
+PROCESS = ("process_resident_memory_bytes", "process_open_fds", "avatar_server_threads", "avatar_server_tasks")
 
 
 def server_under_test(config: str, monkeypatch, sessions: int):
@@ -77,6 +87,37 @@ def soak_image() -> dict:
     return {"image": base64.b64encode(raw).decode()}
 
 
+async def process_figures(srv) -> dict[str, float]:
+    """The server process's memory, descriptors, threads and tasks, from ``/metrics``."""
+    text = (await srv.http.get("/metrics")).text
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in PROCESS:
+            values[name] = float(value)
+    return values
+
+
+async def agent_traffic(session: SoakSession, stop: asyncio.Event) -> int:
+    """Utterances of 3 s with 2 s of silence between, every third one interrupted after 1 s;
+    returns how many were interrupted."""
+    rate = session.session["sample_rate"]
+    speech = speech_pcm16(rate)[: 3 * rate]
+    n = interrupted = 0
+    while not stop.is_set():
+        n += 1
+        await session.ws.send(json.dumps(append_message(speech, rate, f"u{n}")))
+        await session.ws.send(json.dumps({"type": "audio.commit"}))
+        if n % 3 == 0:
+            await asyncio.sleep(1.0)
+            await session.ws.send(json.dumps({"type": "interrupt"}))
+            interrupted += 1
+        await asyncio.wait([asyncio.ensure_future(session.finished(f"u{n}")), asyncio.ensure_future(stop.wait())],
+                           timeout=15.0, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(2.0)  # silence: idle motion
+    return interrupted
+
+
 def last_before(metrics: list[tuple[float, dict]], t: float) -> dict:
     return [m for at, m in metrics if at <= t][-1]
 
@@ -88,6 +129,8 @@ class SoakSession:
         self.srv, self.options = srv, options
         self.metrics: list[tuple[float, dict]] = []
         self.video, self.audio, self.stop = Received("video"), Received("audio"), asyncio.Event()
+        self.played: dict[str, asyncio.Event] = {}
+        self.mic = SpeechTrack(speech_pcm16(), loop=True) if options["mode"] == "mirror" else None
 
     async def start(self) -> bool:
         """Open the session (False: refused at capacity)."""
@@ -100,7 +143,7 @@ class SoakSession:
         self.ws = await websockets.connect(url)
         self.reader = asyncio.create_task(self._read())
         self.t0 = time.monotonic()
-        self.pc = await connect_client(self.srv, s, SpeechTrack(speech_pcm16(), loop=True))
+        self.pc = await connect_client(self.srv, s, self.mic)
         self.tasks = [asyncio.create_task(collect(r.track, self.video if r.track.kind == "video" else self.audio,
                                                   self.stop, False)) for r in self.pc.getReceivers()]
         return True
@@ -110,6 +153,12 @@ class SoakSession:
             event = json.loads(raw)
             if event["type"] == "metrics":
                 self.metrics.append((time.monotonic(), event))
+            elif event["type"] in ("playback.finished", "playback.interrupted"):
+                self.played.setdefault(event.get("utterance_id") or "", asyncio.Event()).set()
+
+    async def finished(self, utterance: str) -> None:
+        """Until the utterance has played out (or was cut)."""
+        await self.played.setdefault(utterance, asyncio.Event()).wait()
 
     def figures(self) -> dict:
         warm, end = last_before(self.metrics, self.t0 + WARMUP_S), self.metrics[-1][1]
@@ -143,7 +192,7 @@ async def open_admitted(srv, options: dict, count: int) -> list[SoakSession]:
     its newest session, again once its Retry-After has passed; a refusal at capacity ends it."""
     sessions: list[SoakSession] = []
     while len(sessions) < count:
-        session = SoakSession(srv, options)
+        session = SoakSession(srv, {**options, "mode": "agent" if sessions else "mirror"})
         if await session.start():
             sessions.append(session)
             continue
@@ -161,9 +210,22 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
     count = int(os.environ.get("AVATAR_SOAK_SESSIONS", "1"))
     quality = os.environ.get("AVATAR_SOAK_QUALITY", "fast")
     async with server_under_test(config, monkeypatch, count) as srv:
-        sessions = await open_admitted(srv, {"mode": "mirror", "quality": quality, **soak_image()}, count)
+        options = {"quality": quality, **soak_image()}
+        sessions = await open_admitted(srv, options, count)
         assert sessions, "the server admitted no session"
-        await asyncio.sleep(duration)
+        stop = asyncio.Event()
+        traffic = [asyncio.create_task(agent_traffic(s, stop)) for s in sessions if s.mic is None]
+        samples = []  # the server process every 10 s after the warm-up: growth, not a passing task, counts
+        t_end = time.monotonic() + duration
+        await asyncio.sleep(WARMUP_S)
+        while time.monotonic() < t_end:
+            samples.append(await process_figures(srv))
+            await asyncio.sleep(min(10.0, max(0.0, t_end - time.monotonic())))
+        samples.append(await process_figures(srv))
+        process_warm = {k: max(s[k] for s in samples[:3]) for k in PROCESS}
+        process_end = {k: max(s[k] for s in samples[-3:]) for k in PROCESS}
+        stop.set()
+        interrupts = sum(await asyncio.gather(*traffic))
         engine = (await srv.http.get("/v1/engine")).json()["workers"]
         for s in sessions:
             s.stop.set()
@@ -174,7 +236,8 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
         print(f"\nsoak {duration:.0f} s, {len(sessions)} of {count} session(s) admitted, {config}, {quality}, server "
               f"{os.environ.get('AVATAR_SOAK_SERVER', 'process')}; engine ms per chunk and session by stage "
               f"{chunk_ms}, batch mean {[w['batch_mean'] for w in engine]}, quality changes "
-              f"{[w['quality_changes'] for w in engine]}")
+              f"{[w['quality_changes'] for w in engine]}; {interrupts} interrupts; server process warm -> end "
+              f"{ {k: (process_warm[k], process_end[k]) for k in PROCESS} }")
         for i, r in enumerate(results):
             print(f"  session {i}: first frame {r['first_frame_s'] * 1000:.0f} ms after its offer; steady-state "
                   f"deadline misses {r['misses']}/{r['slots']} = {100 * r['miss_ratio']:.2f}%; playout delay "
@@ -189,3 +252,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
             warm, end = r["nbytes"]
             assert end - warm <= max(0.02 * warm, 2 * 16_000 * 4)
             assert r["miss_ratio"] <= 0.005
+        rss = "process_resident_memory_bytes"
+        assert process_end[rss] <= 1.02 * process_warm[rss], (process_warm, process_end)
+        for figure in PROCESS[1:]:
+            assert process_end[figure] <= process_warm[figure], (figure, process_warm, process_end)
