@@ -48,13 +48,20 @@ def square(frames: np.ndarray) -> np.ndarray:
     return frames[:, y : y + s, x : x + s]
 
 
-def mouth_crops(frames: np.ndarray) -> torch.Tensor:
-    """(T, H, W, 3) uint8 -> (T, 3, INPUT, INPUT) float in [0, 1]: the mouth region, any frame size."""
+def region_crops(frames: np.ndarray, region: tuple[float, float, float, float],
+                 size: tuple[int, int]) -> torch.Tensor:
+    """(T, H, W, 3) uint8 -> (T, 3, *size) float in [0, 1]: ``region`` (top, bottom, left, right,
+    fractions of the square frame), any frame size."""
     frames = square(np.asarray(frames))
     s = frames.shape[1]
-    t, b, left, r = (round(f * s) for f in CROP)
+    t, b, left, r = (round(f * s) for f in region)
     x = torch.from_numpy(np.ascontiguousarray(frames[:, t:b, left:r])).permute(0, 3, 1, 2).float() / 255.0
-    return F.interpolate(x, size=(INPUT, INPUT), mode="bilinear", antialias=True, align_corners=False)
+    return F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
+
+
+def mouth_crops(frames: np.ndarray) -> torch.Tensor:
+    """(T, H, W, 3) uint8 -> (T, 3, INPUT, INPUT) float in [0, 1]: the mouth region, any frame size."""
+    return region_crops(frames, CROP, (INPUT, INPUT))
 
 
 class OpennessNet(nn.Module):
@@ -133,14 +140,15 @@ def probe_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[
 def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """Blur (down-up resampling), colour gain and noise on the frame crop only: what a
     generator's frames look like next to the clean reference it was given."""
-    n, side = x.shape[0], x.shape[-1]
+    n, (h, w) = x.shape[0], x.shape[-2:]
     frame, ref = x[:, :3], x[:, 3:]
     blur = torch.rand(n, generator=gen) < 0.5
     if blur.any():
-        k = int(torch.randint(side // 3, side, (1,), generator=gen))
-        soft = F.interpolate(frame[blur], size=(k, k), mode="bilinear", antialias=True, align_corners=False)
+        k = int(torch.randint(w // 3, w, (1,), generator=gen))
+        soft = F.interpolate(frame[blur], size=(max(1, k * h // w), k), mode="bilinear", antialias=True,
+                             align_corners=False)
         frame = frame.clone()
-        frame[blur] = F.interpolate(soft, size=(side, side), mode="bilinear", align_corners=False)
+        frame[blur] = F.interpolate(soft, size=(h, w), mode="bilinear", align_corners=False)
     gain = 1.0 + 0.08 * torch.randn(n, 3, 1, 1, generator=gen)
     noise = 0.03 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(frame.shape, generator=gen)
     return torch.cat([(frame * gain + noise).clamp(0.0, 1.0), ref], dim=1)

@@ -26,12 +26,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.eval.probe import HELD_OUT_SEED, augment, mouth_crops, puppet_frames, square
+from engine.eval.probe import HELD_OUT_SEED, augment, mouth_crops, puppet_frames, region_crops
 from engine.puppet import FaceState
 
 # Trained by `avatar train` (stage "reader") beside the bundled model; it reads any engine's frames.
 READER_PATH = Path(__file__).resolve().parent.parent / "weights" / "tiny" / "motion_reader.safetensors"
 FACE_INPUT = 48
+# The eyes under every pose the puppet's tracks produce, as fractions of the square frame
+# (top, bottom, left, right), read at EYE_INPUT: a blink is a few pixels of lid in a 48px face.
+EYE_REGION = (0.34, 0.54, 0.28, 0.72)
+EYE_INPUT = (24, 48)
 # What the reader outputs, in order: FaceState fields, scaled so each spans about [-1, 1].
 OUTPUTS: tuple[tuple[str, float], ...] = (
     ("openness", 1.0), ("blink", 1.0), ("wide", 1.0), ("rounded", 1.0),
@@ -42,8 +46,15 @@ SCALES = torch.tensor([scale for _, scale in OUTPUTS])
 
 def face_crops(frames: np.ndarray) -> torch.Tensor:
     """(T, H, W, 3) uint8 -> (T, 3, FACE_INPUT, FACE_INPUT) float in [0, 1]: the whole square frame."""
-    x = torch.from_numpy(np.ascontiguousarray(square(np.asarray(frames)))).permute(0, 3, 1, 2).float() / 255.0
-    return F.interpolate(x, size=(FACE_INPUT, FACE_INPUT), mode="bilinear", antialias=True, align_corners=False)
+    return region_crops(frames, (0.0, 1.0, 0.0, 1.0), (FACE_INPUT, FACE_INPUT))
+
+
+def eye_crops(frames: np.ndarray) -> torch.Tensor:
+    """(T, H, W, 3) uint8 -> (T, 3, *EYE_INPUT) float in [0, 1]: both eyes."""
+    return region_crops(frames, EYE_REGION, EYE_INPUT)
+
+
+CROPS = (mouth_crops, face_crops, eye_crops)  # the reader's towers, in order
 
 
 def _tower(channels: int) -> nn.Sequential:
@@ -63,26 +74,42 @@ def _standardised(x: torch.Tensor) -> torch.Tensor:
 
 
 class MotionReader(nn.Module):
-    """Two towers (the mouth crop and the whole face, each beside the reference's) and a head."""
+    """Three towers (the mouth, the whole face and the eyes, each beside the reference's) and a head."""
 
     def __init__(self) -> None:
         super().__init__()
         self.mouth = _tower(6)
         self.face = _tower(6)
-        self.head = nn.Sequential(nn.Linear(2 * 32 * 9, 64), nn.ReLU(), nn.Linear(64, len(OUTPUTS)))
+        self.eyes = _tower(6)
+        self.head = nn.Sequential(nn.Linear(3 * 32 * 9, 64), nn.ReLU(), nn.Linear(64, len(OUTPUTS)))
 
-    def forward(self, mouth: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
+    def forward(self, mouth: torch.Tensor, face: torch.Tensor, eyes: torch.Tensor) -> torch.Tensor:
         """Scaled outputs (see ``OUTPUTS``) for (N, 6, ., .) frame+reference crop pairs."""
-        return self.head(torch.cat([self.mouth(_standardised(mouth)), self.face(_standardised(face))], dim=1))
+        towers = (self.mouth(_standardised(mouth)), self.face(_standardised(face)), self.eyes(_standardised(eyes)))
+        return self.head(torch.cat(towers, dim=1))
 
 
-def reader_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[torch.Tensor, ...]:
+def paired_crops(frames: np.ndarray, refs: np.ndarray, per_ref: int | None = None) -> list[torch.Tensor]:
+    """Each tower's (N, 6, ., .) input: a frame's crop beside its reference's. ``refs`` is one
+    per ``per_ref`` frames, one per frame (None), or a single (H, W, 3) image for all."""
+    refs = np.asarray(refs)
+    refs = refs[None] if refs.ndim == 3 else refs
+    out = []
+    for crop in CROPS:
+        x, r = crop(frames), crop(refs)
+        if per_ref:
+            r = r.repeat_interleave(per_ref, dim=0)
+        elif len(r) == 1:
+            r = r.expand(x.shape[0], -1, -1, -1)
+        out.append(torch.cat([x, r], dim=1))
+    return out
+
+
+def reader_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     frames, refs, states = puppet_frames(identity_seeds, per_identity, seed)
     target = torch.from_numpy(np.array([[getattr(s, name) for name, _ in OUTPUTS] for s in states],
                                        dtype=np.float32)) / SCALES
-    mouth = torch.cat([mouth_crops(frames), mouth_crops(refs).repeat_interleave(per_identity, dim=0)], dim=1)
-    face = torch.cat([face_crops(frames), face_crops(refs).repeat_interleave(per_identity, dim=0)], dim=1)
-    return mouth, face, target
+    return paired_crops(frames, refs, per_identity), target
 
 
 def train_reader(seed: int = 0, out: Path | None = READER_PATH, identities: int = 400, per_identity: int = 8,
@@ -100,8 +127,8 @@ def _train(seed: int, out: Path | None, identities: int, per_identity: int, step
            log: bool) -> dict[str, object]:
     t0 = time.process_time()
     torch.manual_seed(seed)
-    mouth, face, y = reader_dataset(range(identities), per_identity, seed)
-    mv, fv, yv = reader_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
+    x, y = reader_dataset(range(identities), per_identity, seed)
+    xv, yv = reader_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
     net = MotionReader()
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
@@ -109,7 +136,7 @@ def _train(seed: int, out: Path | None, identities: int, per_identity: int, step
     running = 0.0
     for step in range(steps):
         idx = torch.randint(0, y.shape[0], (64,), generator=gen)
-        loss = F.smooth_l1_loss(net(augment(mouth[idx], gen), augment(face[idx], gen)), y[idx], beta=0.1)
+        loss = F.smooth_l1_loss(net(*(augment(t[idx], gen) for t in x)), y[idx], beta=0.1)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -120,7 +147,7 @@ def _train(seed: int, out: Path | None, identities: int, per_identity: int, step
             running = 0.0
     net.eval()
     with torch.no_grad():
-        pred = net(mv, fv)
+        pred = net(*xv)
     r = {name: float(np.corrcoef(pred[:, i].numpy(), yv[:, i].numpy())[0, 1]) for i, (name, _) in enumerate(OUTPUTS)}
     report: dict[str, object] = {"seed": seed, "train_frames": int(y.shape[0]), "heldout_frames": int(yv.shape[0]),
                                  "heldout_r": {k: round(v, 4) for k, v in r.items()},
@@ -148,15 +175,8 @@ def read_motion(frames: np.ndarray, reference: np.ndarray, reader: MotionReader 
     """The face state of each (T, H, W, 3) uint8 frame of a driver face; ``reference`` is its
     neutral image (H, W, 3), or one per frame (T, H, W, 3) when the frames are of several drivers."""
     net = reader or load_reader()
-    ref = np.asarray(reference)
-    ref = ref[None] if ref.ndim == 3 else ref
     with torch.inference_mode():
-        mouth, face = mouth_crops(frames), face_crops(frames)
-        n = mouth.shape[0]
-        ref_mouth, ref_face = mouth_crops(ref), face_crops(ref)
-        if ref_mouth.shape[0] != n:
-            ref_mouth, ref_face = ref_mouth.expand(n, -1, -1, -1), ref_face.expand(n, -1, -1, -1)
-        values = net(torch.cat([mouth, ref_mouth], dim=1), torch.cat([face, ref_face], dim=1)) * SCALES
+        values = net(*paired_crops(frames, reference)) * SCALES
     return [FaceState(**{name: float(v) for (name, _), v in zip(OUTPUTS, row, strict=True)})
             for row in values.tolist()]
 
