@@ -27,6 +27,12 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--engine", "engine", {"choices": ["subprocess", "inprocess"],
                             "help": "engine workers in their own processes (default) or a server thread"}),
     ("--engine-workers", "engine_workers", {"type": int, "help": "engine worker processes (default one per device)"}),
+    ("--sequence-parallel", "sequence_parallel", {"type": int, "help": "each worker's ranks splitting chunks"}),
+    ("--pipeline-parallel", "pipeline_parallel", {"type": int,
+                                                   "help": "each worker's ranks holding consecutive DiT blocks"}),
+    ("--shard", "shard", {"type": int, "help": "each worker's ranks sharding the DiT's weights (FSDP2)"}),
+    ("--offload", "offload", {"action": "store_const", "const": True,
+                              "help": "modules in pinned CPU memory, copied in block by block"}),
     ("--max-sessions", "max_sessions", {"type": int,
                                         "help": "cap on sessions (default none: the engine's measured capacity)"}),
     (
@@ -96,6 +102,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         settings.check_bind()
+        engine_plan_check(settings)
     except ValueError as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
@@ -121,6 +128,13 @@ def gateway_app(settings: Settings, address: str) -> Any:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return None
     return create_gateway(settings)
+
+
+def engine_plan_check(settings: Settings) -> None:
+    """``ValueError`` (one line) when the parallel flags name a plan no engine can run here."""
+    from server.session.engine_link import worker_devices, worker_options
+
+    worker_devices(worker_options(settings))
 
 
 def node_app(settings: Settings) -> Any:

@@ -73,6 +73,10 @@ class Settings(BaseModel):
         "subprocess", description="where engine workers run: their own processes, or a thread of the server"
     )
     engine_workers: int | None = Field(None, ge=1, description="engine worker processes; default one per device")
+    sequence_parallel: int = Field(1, ge=1, description="ranks (devices) that split each chunk's tokens, per worker")
+    pipeline_parallel: int = Field(1, ge=1, description="ranks (devices) holding consecutive DiT blocks, per worker")
+    shard: int = Field(1, ge=1, description="ranks (devices) sharding the DiT's weights (FSDP2), per worker")
+    offload: bool = Field(False, description="modules in pinned CPU memory, each block copied in as it runs")
     engine_settle_s: float | None = Field(
         None, ge=0, description="after admitting a session a worker admits the next only once its live cost is "
         "measured, this long later; default 2 s on a CPU, 0.5 s on an accelerator"

@@ -241,14 +241,27 @@ def cuda_devices() -> list[str]:
     return [f"cuda:{i}" for i in range(count)]
 
 
+def worker_devices(options: WorkerOptions, found: list[str] | None = None) -> list[str]:
+    """The first device of each worker: every CUDA device (``device="cuda"``), or for an engine
+    over several ranks every group of ``world_size`` consecutive ones (a 2-rank plan on 8 GPUs:
+    ``cuda:0``, ``cuda:2``, ... each worker's ranks on the next ones); a CPU or a named device:
+    that one (ranks on a CPU share it)."""
+    world = options.parallel.world_size if options.parallel is not None else 1
+    if options.device != "cuda":
+        return [options.device]
+    found = cuda_devices() if found is None else found
+    if world == 1:
+        return found or ["cuda"]
+    if len(found) < world:
+        raise ValueError(f"an engine over {world} ranks needs {world} CUDA devices; this machine has {len(found)}")
+    return found[: len(found) // world * world : world]
+
+
 class WorkerPool(EngineClient):
     def __init__(self, options: WorkerOptions, workers: int | None = None, kind: str = "subprocess",
                  watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True,
                  load: Callable | None = None) -> None:
-        if options.device == "cuda":
-            devices = cuda_devices() or ["cuda"]
-        else:
-            devices = [options.device]
+        devices = worker_devices(options)
         count = workers or len(devices)
         if kind == "inprocess" and count != 1:
             raise ValueError("an in-process engine has exactly one worker")

@@ -26,10 +26,11 @@ from engine.media import piper
 from engine.media.audio_io import MediaError
 from engine.media.image import ImageLimits, ImageTooLarge, decode_image
 from engine.media.mp4 import Mp4Writer
+from engine.parallel.plan import ParallelPlan
 from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
-from engine.service.pool import WorkerPool
+from engine.service.pool import WorkerPool, worker_devices
 from engine.service.worker import WorkerOptions
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ __all__ = [
     "engine_client",
     "piper",
     "sample_rate_of",
+    "worker_devices",
+    "worker_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,9 +75,12 @@ def sample_rate_of(config: str) -> int:
 
 
 def worker_options(settings: Settings) -> WorkerOptions:
+    """What each engine worker builds; ``ValueError`` for a parallel plan that cannot work."""
+    plan = ParallelPlan(sequence=settings.sequence_parallel, pipeline=settings.pipeline_parallel,
+                        shard=settings.shard, offload=settings.offload)
     return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
                          guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality,
-                         settle_s=settings.engine_settle_s)
+                         settle_s=settings.engine_settle_s, parallel=None if plan.single else plan)
 
 
 def engine_client(settings: Settings) -> EngineClient:

@@ -48,3 +48,25 @@ def test_guidance_setting_reaches_the_engine() -> None:
     assert load_core(replace(plain, calibrate=())).pipe.config.audio_guidance == 1.0  # micro's own value
     with pytest.raises(ValidationError):
         Settings(guidance=-1)
+
+
+def test_parallel_flags_give_each_worker_a_plan_and_a_group_of_devices(capsys) -> None:
+    """``--sequence-parallel 2`` on 8 GPUs: four workers, on cuda:0, :2, :4, :6 (each worker's
+    ranks on the next device); a plan no engine can run is one line and exit 2."""
+    from engine.parallel.plan import ParallelPlan
+    from server.cli import main as cli_main
+    from server.session.engine_link import worker_devices, worker_options
+
+    assert worker_options(Settings()).parallel is None
+    options = worker_options(Settings(device="cuda", sequence_parallel=2))
+    assert options.parallel == ParallelPlan(sequence=2)
+    gpus = [f"cuda:{i}" for i in range(8)]
+    assert worker_devices(options, gpus) == ["cuda:0", "cuda:2", "cuda:4", "cuda:6"]
+    assert worker_devices(options, gpus[:5]) == ["cuda:0", "cuda:2"]  # the fifth one idles
+    assert worker_devices(worker_options(Settings(device="cuda")), gpus[:3]) == gpus[:3]
+    assert worker_devices(worker_options(Settings(sequence_parallel=2)), []) == ["cpu"]  # CPU ranks share it
+    with pytest.raises(ValueError, match="needs 2 CUDA devices; this machine has 1"):
+        worker_devices(options, gpus[:1])
+    assert cli_main(["serve", "--port", "0", "--pipeline-parallel", "2", "--shard", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pipeline parallelism does not combine" in err[0], err
