@@ -91,3 +91,22 @@ async def test_a_killed_worker_costs_only_its_own_sessions(monkeypatch):
             print(f"kill -9: engine_lost after {lost_s * 1000:.0f} ms, replacement up after {replaced_s:.1f} s, "
                   f"a new session's first frame {streams_s:.1f} s after the kill")
             assert 'avatar_engine_workers_lost 1.0' in (await srv.http.get("/metrics")).text
+
+
+async def test_a_worker_over_two_ranks_serves_a_session(monkeypatch):
+    """``--sequence-parallel 2``: the server's one worker runs the engine over two ranks (gloo on
+    this CPU) and a session streams through it."""
+    from pathlib import Path
+
+    loopback_only(monkeypatch)
+    settings = make_settings(config="micro", engine="subprocess", max_sessions=None, sequence_parallel=2)
+    async with running_server(settings, inprocess=False) as srv:
+        (worker,) = await engine_view(srv)
+        assert worker["alive"], worker
+        ranks = [p for p in Path("/proc").iterdir() if p.name.isdigit() and
+                 (p / "stat").exists() and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(worker["pid"])]
+        assert ranks, "the worker started its second rank"
+        async with live_session(srv) as live:
+            assert await wait_until(lambda: len(live.media.video) >= 25, 30)
+            pts = [p for _, p, _ in live.media.video[:25]]
+            assert pts == sorted(pts) and len(set(pts)) == 25
