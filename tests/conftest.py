@@ -110,3 +110,17 @@ def astronaut_rig(astronaut_crop):
 
     crop, face = astronaut_crop
     return PhotoRig.from_photo(crop, face)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """aiortc decoder threads are not daemons: one whose receiver was never stopped (a peer a test
+    left open) would keep the finished run from exiting. Name them, then let them end."""
+    import threading
+    import warnings
+
+    left = [t for t in threading.enumerate() if t.name in ("audio-decoder", "video-decoder") and t.is_alive()]
+    for thread in left:
+        thread._args[1].put(None)  # decoder_worker(loop, input queue, ...): None ends it
+    if left:
+        warnings.warn(f"{len(left)} aiortc decoder thread(s) outlived their peers: a peer left unclosed",
+                      stacklevel=1)

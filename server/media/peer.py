@@ -76,6 +76,8 @@ async def close_peer(pc: RTCPeerConnection, timeout_s: float = CLOSE_TIMEOUT_S) 
     for transceiver in pc.getTransceivers():
         with contextlib.suppress(Exception):
             await asyncio.wait_for(transceiver.sender.stop(), 1.0)
+        with contextlib.suppress(Exception):  # its decoder thread (not a daemon) would outlive the process
+            transceiver.receiver._handle_disconnect()
         dtls = transceiver.receiver.transport
         if dtls is not None:
             with contextlib.suppress(Exception):
