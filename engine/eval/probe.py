@@ -154,6 +154,29 @@ def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.cat([(frame * gain + noise).clamp(0.0, 1.0), ref], dim=1)
 
 
+def fit(net: nn.Module, inputs: list[torch.Tensor], target: torch.Tensor, steps: int, seed: int,
+        name: str | None = None, log_every: int = 200) -> nn.Module:
+    """Train a small reader of frame crops (``net(*inputs)`` against ``target``, smooth L1) with
+    ``augment`` on every input, AdamW and a one-cycle schedule, deterministic for ``seed``;
+    ``name`` prints the running loss. Returns ``net`` in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.15)
+    running = 0.0
+    for step in range(steps):
+        idx = torch.randint(0, target.shape[0], (64,), generator=gen)
+        loss = F.smooth_l1_loss(net(*(augment(t[idx], gen) for t in inputs)), target[idx], beta=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        running += loss.item()
+        if name and (step + 1) % log_every == 0:
+            print(f"{name} step {step + 1}/{steps} loss {running / log_every:.4f}")
+            running = 0.0
+    return net.eval()
+
+
 def train_openness_probe(
     seed: int = 0, out: Path | None = PROBE_PATH, identities: int = 400, per_identity: int = 6,
     steps: int = 1000, heldout_identities: int = 40, log: bool = True,
@@ -179,23 +202,7 @@ def _train(
     x, y = probe_dataset(range(identities), per_identity, seed)
     xv, yv = probe_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
     t_data = time.process_time() - t0
-    net = OpennessNet()
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.15)
-    running = 0.0
-    for step in range(steps):
-        idx = torch.randint(0, x.shape[0], (64,), generator=gen)
-        loss = F.smooth_l1_loss(net(augment(x[idx], gen)), y[idx], beta=0.1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        running += loss.item()
-        if log and (step + 1) % 200 == 0:
-            print(f"probe step {step + 1}/{steps} loss {running / 200:.4f}")
-            running = 0.0
-    net.eval()
+    net = fit(OpennessNet(), [x], y, steps, seed, "probe" if log else None, log_every=200)
     with torch.no_grad():
         pred = net(xv).clamp(0.0, 1.0)
     report = {

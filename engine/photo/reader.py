@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.eval.probe import HELD_OUT_SEED, augment, mouth_crops, puppet_frames, region_crops
+from engine.eval.probe import HELD_OUT_SEED, fit, mouth_crops, puppet_frames, region_crops
 from engine.puppet import FaceState
 
 # Trained by `avatar train` (stage "reader") beside the bundled model; it reads any engine's frames.
@@ -129,23 +128,7 @@ def _train(seed: int, out: Path | None, identities: int, per_identity: int, step
     torch.manual_seed(seed)
     x, y = reader_dataset(range(identities), per_identity, seed)
     xv, yv = reader_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
-    net = MotionReader()
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.15)
-    running = 0.0
-    for step in range(steps):
-        idx = torch.randint(0, y.shape[0], (64,), generator=gen)
-        loss = F.smooth_l1_loss(net(*(augment(t[idx], gen) for t in x)), y[idx], beta=0.1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        running += loss.item()
-        if log and (step + 1) % 250 == 0:
-            print(f"reader step {step + 1}/{steps} loss {running / 250:.4f}")
-            running = 0.0
-    net.eval()
+    net = fit(MotionReader(), x, y, steps, seed, "reader" if log else None, log_every=250)
     with torch.no_grad():
         pred = net(*xv)
     r = {name: float(np.corrcoef(pred[:, i].numpy(), yv[:, i].numpy())[0, 1]) for i, (name, _) in enumerate(OUTPUTS)}
