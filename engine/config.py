@@ -55,7 +55,11 @@ class AudioConfig:
     mel_bins: int = 80
     hop: int = 160  # 100 mel frames per second
     n_fft: int = 400
-    context_ms: int = 80  # audio on each side of a latent frame's span (lookahead included)
+    context_ms: int = 80  # audio beside a latent frame's span, on average per side: the window is span + 2 x this
+    # How much of that context lies after the span (the rest lies before it); None: half. It is the
+    # lookahead every chunk waits for beyond its own audio (plus the last mel frame's overhang,
+    # n_fft / 2 - hop samples: 2.5 ms).
+    lookahead_ms: int | None = None
     width: int = 128
 
 

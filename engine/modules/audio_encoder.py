@@ -74,6 +74,17 @@ class AudioEncoder(Module):
         context = config.audio.context_ms * config.audio.sample_rate // 1000 // config.audio.hop
         return per_video_frame * config.vae.temporal_down + 2 * context
 
+    @staticmethod
+    def mel_before(config: EngineConfig) -> int:
+        """Mel frames of a latent's window that lie before its span (the rest of the context
+        lies after it: the lookahead)."""
+        a = config.audio
+        context = a.context_ms * a.sample_rate // 1000 // a.hop
+        ahead = context if a.lookahead_ms is None else a.lookahead_ms * a.sample_rate // 1000 // a.hop
+        if not 0 <= ahead <= 2 * context:
+            raise ValueError(f"lookahead_ms must lie within 0..{2 * a.context_ms}")
+        return 2 * context - ahead
+
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """(B, F, window, mels) -> (B, F, audio_tokens, width)."""
         b, f, n, m = mel.shape

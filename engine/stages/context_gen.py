@@ -60,7 +60,7 @@ class ContextGen:
         self.mel = LogMel(config.audio)
         self.mel_per_frame = config.samples_per_frame // config.audio.hop
         self.window = AudioEncoder.mel_window(config)
-        self.context = (self.window - self.mel_per_frame * config.vae.temporal_down) // 2
+        self.context = AudioEncoder.mel_before(config)
 
     def audio_span(self, span: tuple[int, int]) -> AudioSpan:
         """Mel frames and samples needed by latents ``span``: each latent reads a fixed window

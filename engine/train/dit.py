@@ -38,16 +38,19 @@ def mel_windows(clip_mel: torch.Tensor, mel_start: int, lo: int, hi: int, config
     td = config.vae.temporal_down
     mpf = config.samples_per_frame // config.audio.hop
     window = AudioEncoder.mel_window(config)
-    ctx = (window - mpf * td) // 2
+    ctx = AudioEncoder.mel_before(config)
     rows = [(latent_frames(g, td)[1] - td) * mpf - ctx - mel_start for g in range(lo, hi)]
     return torch.stack([clip_mel[r:r + window] for r in rows])
 
 
-def sample_batch(data: LatentSet, rng: np.random.Generator, batch: int, mode: str, config) -> Batch:
+def sample_batch(data: LatentSet, rng: np.random.Generator, batch: int, mode: str, config,
+                 chunk: int | None = None) -> Batch:
+    """``batch`` windows of one mode; N chunks are ``chunk`` latents long (the schedule's chunk
+    by default)."""
     s = config.schedule
     w = config.dit.window
     refs, hist, hist_mel, tgt, tgt_mel = [], [], [], [], []
-    span = s.chunk if mode != "I" else 2 * (s.seam + s.anchor)
+    span = (chunk or s.chunk) if mode != "I" else 2 * (s.seam + s.anchor)
     for _ in range(batch):
         i = int(rng.integers(len(data.clips)))
         clip = data.clips[i]
@@ -102,9 +105,16 @@ def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator,
     return err[free].mean()
 
 
+def train_chunks(config) -> tuple[int, ...]:
+    """N-chunk lengths trained: every length up to the schedule's chunk, so one model serves the
+    low-latency schedule (one latent a chunk) and the long chunks of the quality preset alike."""
+    return tuple(range(1, config.schedule.chunk + 1))
+
+
 def train_dit(dit: A2VDiT, audio: AudioEncoder, data: LatentSet, steps: int, seed: int,
               batch: int = 8, lr: float = 4e-4, ema_decay: float = 0.998, mouth_extra: float = 4.0) -> list[float]:
     config = dit.config
+    chunks = train_chunks(config)
     weight = mouth_weight(*data.lr(0).shape[-2:], mouth_extra)
     weight = weight / weight.mean()
     rng = np.random.default_rng(seed)
@@ -120,7 +130,8 @@ def train_dit(dit: A2VDiT, audio: AudioEncoder, data: LatentSet, steps: int, see
     bar = tqdm(range(steps), desc="dit", unit="step")
     for step in bar:
         mode = str(rng.choice(MODES, p=MODE_WEIGHTS))
-        loss = flow_loss(dit, audio, sample_batch(data, rng, batch, mode, config), gen, weight)
+        chunk = int(rng.choice(chunks))
+        loss = flow_loss(dit, audio, sample_batch(data, rng, batch, mode, config, chunk), gen, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

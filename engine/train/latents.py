@@ -37,9 +37,8 @@ def clip_mel(audio: np.ndarray, cfg: EngineConfig, mel: LogMel, latents: int) ->
     """Log-mel covering every latent's audio window (silence outside the clip)."""
     mpf = cfg.samples_per_frame // cfg.audio.hop
     window = AudioEncoder.mel_window(cfg)
-    ctx = (window - mpf * cfg.vae.temporal_down) // 2
-    first = (1 - cfg.vae.temporal_down) * mpf - ctx
-    last_end = (cfg.vae.temporal_down * (latents - 1) + 1) * mpf + ctx
+    first = (1 - cfg.vae.temporal_down) * mpf - AudioEncoder.mel_before(cfg)
+    last_end = first + (latents - 1) * cfg.vae.temporal_down * mpf + window
     lo, hi = mel.span(first, last_end - first)
     padded = np.zeros(hi - lo, dtype=np.float32)
     a, b = max(lo, 0), min(hi, audio.size)

@@ -162,3 +162,43 @@ def test_avatar_train_writes_reproducible_loadable_checkpoints(tmp_path: Path) -
         assert entry["steps"] == 2 and entry["continued_from"] == card["stages"][stage]
         assert entry["seconds"] >= card["stages"][stage]["seconds"]
     assert again["stages"]["sr"] == card["stages"]["sr"]
+
+
+@pytest.mark.parametrize("lookahead_ms", [None, 20, 0])
+def test_training_cuts_the_audio_windows_inference_cuts(clips: list, lookahead_ms: int | None) -> None:
+    """The same latent reads the same mel window in training and in ContextGen, and the window
+    reaches ``lookahead_ms`` past the latent's own audio (plus the last mel frame's overhang,
+    n_fft / 2 - hop samples)."""
+    import dataclasses
+
+    from engine.stages.context_gen import ContextGen, ContextRequest
+    from engine.train.dit import mel_windows
+
+    config = dataclasses.replace(MICRO, audio=dataclasses.replace(MICRO.audio, lookahead_ms=lookahead_ms))
+    models = ModelSet.build(config, 0)
+    data = build_latent_set(models.encoder, models.audio, clips[:1])
+    gen = ContextGen(config, models.audio)
+    lo, hi = 5, 7
+    span = gen.audio_span((lo, hi))
+    last_frame_end = (config.vae.temporal_down * (hi - 1) + 1) * config.samples_per_frame
+    ahead = config.audio.context_ms if lookahead_ms is None else lookahead_ms
+    assert span.samples[1] - last_frame_end == ahead * 16 + config.audio.n_fft // 2 - config.audio.hop
+    assert span.samples[1] - span.samples[0] == gen.audio_span((0, 2)).samples[1] - gen.audio_span((0, 2)).samples[0]
+    audio = torch.from_numpy(clips[0].audio[span.samples[0]:span.samples[1]].copy())
+    served = gen(ContextRequest((lo, hi), audio.numpy(), seed=0, guided=False)).audio_tokens
+    clip = data.clips[0]
+    with torch.no_grad():
+        trained = models.audio(mel_windows(clip.mel, clip.mel_start, lo, hi, config)[None])
+    torch.testing.assert_close(trained, served, atol=1e-5, rtol=1e-4)
+
+
+def test_dit_batches_take_every_chunk_length_the_schedules_use(clips: list) -> None:
+    from engine.train.dit import train_chunks
+
+    models = ModelSet.build(MICRO, 0)
+    data = build_latent_set(models.encoder, models.audio, clips[:1])
+    assert train_chunks(MICRO) == tuple(range(1, MICRO.schedule.chunk + 1))
+    for chunk in train_chunks(MICRO):
+        batch = sample_batch(data, np.random.default_rng(0), 2, "N", MICRO, chunk)
+        assert batch.target.shape[1] == batch.target_mel.shape[1] == chunk
+        assert batch.history.shape[1] == MICRO.dit.window
