@@ -54,6 +54,7 @@ class AudioEncoder(Module):
     """Mel windows per latent frame -> ``audio_tokens`` tokens per latent frame."""
 
     kind = "audio_encoder"
+    aligned_to_audio = True
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)

@@ -21,6 +21,8 @@ class Module(nn.Module):
     """
 
     kind: str = "module"
+    # Trained on audio windows cut a particular way: the lookahead is part of what it learned.
+    aligned_to_audio: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__()
@@ -59,7 +61,8 @@ class Module(nn.Module):
             raise ValueError(f"{path}: checkpoint holds a {meta.get('kind')!r}, expected {self.kind!r}")
         stored = EngineConfig.from_json(meta["config"])
         if self.shape_signature(stored) != self.shape_signature(self.config):
-            raise ValueError(f"{path}: checkpoint was made for config {stored.name!r} of another shape")
+            raise ValueError(f"{path}: checkpoint was made for config {stored.name!r} of another shape"
+                             + (" or audio window" if self.aligned_to_audio else ""))
         state = load_file(str(path), device="cpu")
         self.load_state_dict(state, strict=strict)
         return self
@@ -76,4 +79,6 @@ class Module(nn.Module):
                     "fast_chunk"):
             raw.pop(key, None)
         raw["schedule"].pop("interp", None)
+        if not self.aligned_to_audio:
+            raw["audio"].pop("lookahead_ms", None)
         return raw

@@ -210,6 +210,7 @@ class A2VDiT(Module):
     """``velocity, chunk_kv = dit(x, t, audio, span_start, context)``."""
 
     kind = "a2v_dit"
+    aligned_to_audio = True
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)

@@ -453,3 +453,22 @@ def test_bundled_avatar_references_are_encoded_once_and_shared(astronaut) -> Non
     assert photo.state.reference is first.state.reference and photo.frame_size == (512, 512)
     with pytest.raises(ValueError, match="no face found"):
         pipe.open_session(image=np.full((*pipe.frame_size, 3), 90, np.uint8))
+
+
+def test_a_lookahead_change_refuses_the_audio_models_but_not_the_image_models(tmp_path) -> None:
+    """The lookahead is part of what the audio encoder and the DiT learned; the autoencoder and
+    the SR stage never see audio."""
+    import dataclasses
+
+    from engine.config import get_config
+    from engine.models import ModelSet
+
+    micro = get_config("micro")
+    ModelSet.build(micro, 0).save_dir(tmp_path)
+    ahead = dataclasses.replace(micro, audio=dataclasses.replace(micro.audio, lookahead_ms=20))
+    other = ModelSet.build(ahead, 0)
+    for name in ("encoder", "decoder", "sr"):
+        getattr(other, name).load(tmp_path / f"{name}.safetensors")
+    for name in ("dit", "audio"):
+        with pytest.raises(ValueError, match="audio window"):
+            getattr(other, name).load(tmp_path / f"{name}.safetensors")
