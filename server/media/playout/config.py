@@ -21,8 +21,8 @@ class PlayoutConfig:
     min_delay: float = 0.1
     max_delay: float = 1.5
     raise_step: float = 0.1  # added to L after an underrun
-    decay_per_s: float = 0.02  # L shrinks this much per second of steady production
-    steady_after_s: float = 5.0  # no miss for this long before L may shrink (doubles after each underrun)
+    decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production
+    steady_after_s: float = 3.0  # no miss for this long before L may shrink (doubles after each underrun)
     steady_max_s: float = 60.0  # the longest that proof of steadiness is ever asked to be
     capacity_frames: int = 150
     # A consumer this late still gets every slot (back to back); later than this it skips ahead.

@@ -4,7 +4,8 @@ L only takes whole multiples of the quantum where the video and audio grids meet
 L takes effect at such an instant for both tracks at once. An underrun raises the target by
 a step and doubles how long production must then stay steady before L shrinks again, so L
 stops probing its way back down into the same underrun; it shrinks only while recent frames
-arrived early enough that a shorter L would still have been in time.
+arrived early enough that a shorter L would still have been in time, and never below the L the
+latest of them needed (plus a quantum): L follows the measured production jitter down.
 """
 
 from __future__ import annotations
@@ -72,10 +73,15 @@ class DelayController:
         now = float(w)
         since = max(self._last_decay, self._last_miss + self._steady_s)
         self._last_decay = now
-        if now <= since or not self._has_room(now):
+        if now <= since:
             return
-        self.target = max(cfg.min_delay, self.target - cfg.decay_per_s * (now - since))
-        self._schedule(w, released_w)
+        needed = self._needed(now)
+        if needed is None or needed > self.delay_s(now) + EPS:
+            return
+        shrunk = max(cfg.min_delay, needed, self.target - cfg.decay_per_s * (now - since))
+        if shrunk < self.target:
+            self.target = shrunk
+            self._schedule(w, released_w)
 
     def arrived(self, slot: int, now: float) -> None:
         """A frame for playout ``slot`` arrived at instant ``now``."""
@@ -102,10 +108,12 @@ class DelayController:
             self._changes.pop()
         self._changes.append((at, q))
 
-    def _has_room(self, now: float) -> bool:
+    def _needed(self, now: float) -> float | None:
+        """The shortest L that would have had every frame of the steady window in time with a
+        quantum to spare (None before any arrival): the measured jitter L follows down."""
         early = self._early
         while early and early[0][0] < now - self._steady_s:
             early.popleft()
         if not early:
-            return False
-        return early[0][1] + self.delay_s(now) >= float(self._quantum) - EPS
+            return None
+        return float(self._quantum) - early[0][1]

@@ -292,6 +292,30 @@ async def test_delay_does_not_shrink_when_frames_arrive_just_in_time() -> None:
     await s.stop()
 
 
+async def test_delay_settles_on_the_jitter_production_has() -> None:
+    """Chunks of 4 frames each ready up to 90 ms after their nominal time (t0 is the first
+    frame's arrival): L comes down from 0.5 s to just over the lateness seen, with no miss."""
+    cfg = PlayoutConfig(initial_delay=0.5, min_delay=0.04, capacity_frames=400)
+    s = Session(cfg)
+    lateness = [0.0, 0.03, 0.09, 0.01, 0.06, 0.0, 0.08, 0.02]
+    for i in range(4):
+        s.buf.put_nowait(frame(i))
+
+    async def produce() -> None:
+        for c in range(1, 400):
+            await s.clock.sleep_until(due(s.buf, Fraction(4 * c, FPS)) + lateness[c % len(lateness)])
+            for i in range(4 * c, 4 * c + 4):
+                await s.buf.put(frame(i))
+
+    producer = asyncio.create_task(produce())
+    await s.clock.run_for(30.0)
+    st = s.buf.stats()
+    assert st.deadline_misses == 0
+    assert 0.09 + 0.04 - 1e-9 <= st.delay <= 0.09 + 0.04 + 0.04 + 1e-9, st.delay
+    producer.cancel()
+    await s.stop()
+
+
 async def chunked_misses(cfg: PlayoutConfig, seconds: float = 240.0) -> tuple[int, int]:
     """Deadline misses of an engine making 16-frame chunks in real time on average, each ready
     0.45 s after its audio, but every fifteenth one (every 9.6 s) 0.75 s after: (misses in the first and in the
