@@ -39,6 +39,7 @@ from server.session.metrics_loop import MetricsLoop
 from server.session.playback_reporter import PlaybackReporter
 from server.voice.agent import AgentVoice
 from server.voice.mute import MutedAudio
+from server.voice.rest_face import RestingVideo
 from server.voice.speech import SpeechQueue
 from server.voice.tts import TTSBackend
 
@@ -109,8 +110,9 @@ class AvatarSession:
         self.played = PlaybackReporter(
             session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
         )
+        self.resting = RestingVideo(self.playout, self.voice.gate, sr // self.fps)
         self.broadcast = Broadcast(
-            PlayoutVideoTrack(self.playout, self.fps, self.played.video_played),
+            PlayoutVideoTrack(self.resting, self.fps, self.played.video_played),
             PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),
         )
         self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected)

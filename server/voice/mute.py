@@ -4,13 +4,14 @@ When ``interrupt`` arrives, the engine has already been fed (and partly turned i
 about a second of the utterance beyond what the viewer has heard: the playout delay plus
 the chunk being generated. The engine cannot take that back, so the voice is cut where the
 frames leave playout instead: every audio packet whose media samples lie in a muted range
-``[cut, fed)`` goes out silent (after a 5 ms fade, so the cut does not click), while
-the video of those frames still plays and the face goes back to listening as the silence
-the feed clock has fed since the interrupt reaches the screen. Speech fed after the
+``[cut, fed)`` goes out silent (after a 5 ms fade, so the cut does not click), and the
+face shows its rest pose instead of those frames (:mod:`server.voice.rest_face`) until the
+silence the feed clock has fed since the interrupt reaches the screen. Speech fed after the
 interrupt (``>= fed``) is never muted.
 
 :class:`MutedAudio` wraps the playout's audio side, so the outgoing track sends what
-the gate lets through and the playout itself is untouched.
+the gate lets through and the playout itself is untouched; :mod:`server.voice.rest_face`
+does the same for the pictures of those frames.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class VoiceGate:
 
     def __init__(self, sample_rate: int, max_ranges: int = 32) -> None:
         self.fade = max(1, int(sample_rate * FADE_S))
+        self.keep = sample_rate  # a range outlives the audio by a second: the video reads it too
         self.max_ranges = max_ranges
         self._ranges: list[tuple[int, int]] = []
         self.released_until = 0  # media sample just after the last packet released
@@ -44,10 +46,14 @@ class VoiceGate:
     def ranges(self) -> list[tuple[int, int]]:
         return list(self._ranges)
 
+    def covers(self, start: int, end: int) -> bool:
+        """Whether any of media samples ``[start, end)`` is muted."""
+        return any(lo < end and hi > start for lo, hi in self._ranges)
+
     def apply(self, media_sample: int, pcm: np.ndarray) -> np.ndarray:
         """``pcm`` (int16) for media samples ``[media_sample, +len)`` with muted ranges silenced."""
         end = media_sample + pcm.size
-        self._ranges = [r for r in self._ranges if r[1] > media_sample]
+        self._ranges = [r for r in self._ranges if r[1] > media_sample - self.keep]
         gain: np.ndarray | None = None
         for start, stop in self._ranges:
             if start >= end:
