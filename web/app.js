@@ -300,6 +300,18 @@ function setRunning(running) {
   $("quality").disabled = running;
 }
 
+// The server paces its frames against deadlines already: ask the browser to hold as little
+// as it safely can in its own jitter buffer (where the API exists; the browser keeps its floor).
+const RECEIVE_DELAY_MS = 0;
+function lowReceiveDelay(receiver) {
+  if ("jitterBufferTarget" in receiver) {
+    try { receiver.jitterBufferTarget = RECEIVE_DELAY_MS; } catch (err) { log(`jitterBufferTarget: ${err.message}`); }
+  } else if ("playoutDelayHint" in receiver) {
+    receiver.playoutDelayHint = RECEIVE_DELAY_MS / 1000;
+  }
+  state.stats.jitterBufferTarget = receiver.jitterBufferTarget ?? receiver.playoutDelayHint ?? null;
+}
+
 // The peer connection with its two slots (microphone out, avatar in) and a complete offer.
 async function preparePeer(iceServers) {
   const pc = new RTCPeerConnection({ iceServers });
@@ -308,6 +320,7 @@ async function preparePeer(iceServers) {
   pc.addTransceiver("video", { direction: "recvonly" });
   const video = $("video");
   pc.ontrack = (ev) => {
+    lowReceiveDelay(ev.receiver);
     const stream = ev.streams[0] || (video.srcObject instanceof MediaStream ? video.srcObject : new MediaStream());
     if (!ev.streams[0]) stream.addTrack(ev.track);
     if (video.srcObject !== stream) {

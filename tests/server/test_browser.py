@@ -34,6 +34,7 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
         await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 75", timeout=30_000)
         stats = await page.evaluate("window.avatarDemo.stats")
         assert stats["frameWidth"] == 256
+        assert stats["jitterBufferTarget"] == 0, "the page asks for the lowest receive delay"
         assert stats["framesDropped"] <= 0.05 * stats["framesDecoded"], stats
         assert await wait_until(lambda: session.microphone.samples > 16_000 and session.microphone.peak > 0.05, 10), (
             session.microphone.samples, session.microphone.peak)
