@@ -252,6 +252,16 @@ def create_app(
             raise
         return SessionDescription(sdp=answer.sdp, type="answer")
 
+    @app.get(
+        f"{API}/sessions/{{session_id}}/trace",
+        tags=["sessions"],
+        responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    )
+    async def trace(session_id: str, request: Request) -> dict[str, list]:
+        """The session's latency trace: clock-stamped logs of the last half minute (microphone
+        blocks, feed blocks, engine frames, video slots released), to split a latency into its terms."""
+        return manager(request).get(session_id, _bearer(request)).trace.to_json()
+
     @app.delete(
         f"{API}/sessions/{{session_id}}",
         status_code=204,

@@ -7,6 +7,8 @@ import logging
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from server.api.protocol import ErrorEvent, ServerEvent
 from server.session.engine_link import EngineLink
 from server.session.feeder import Feeder
@@ -29,6 +31,7 @@ class FeedLoop:
         tracker: PlaybackTracker,
         emit: Callable[[ServerEvent], None],
         tick_s: float,
+        on_fed: Callable[[float, int, np.ndarray], None] = lambda t, start, samples: None,
     ) -> None:
         self._id = session_id
         self._feeder = feeder
@@ -37,12 +40,14 @@ class FeedLoop:
         self._tracker = tracker
         self._emit = emit
         self._tick_s = tick_s
+        self._on_fed = on_fed  # (clock time, first timeline sample, samples) of each block fed
         self._overload_reported = False
 
     async def run(self) -> None:
         feeder = self._feeder
         while True:
-            block = feeder.tick(time.monotonic(), self._generated.samples)
+            now = time.monotonic()
+            block = feeder.tick(now, self._generated.samples)
             if block.skipped and not self._overload_reported:
                 self._overload_reported = True
                 log.warning(
@@ -65,4 +70,5 @@ class FeedLoop:
                     if seg.last:
                         self._tracker.end(seg.utterance_id)
                 self._link.feed(block.samples)
+                self._on_fed(now, block.start, block.samples)
             await asyncio.sleep(self._tick_s)

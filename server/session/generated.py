@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from server.api.metrics import ServerMetrics
@@ -25,9 +26,11 @@ class GeneratedFrames:
         connected: asyncio.Event,
         metrics: ServerMetrics,
         on_origin: Callable[[float | None], None] = lambda _: None,
+        on_arrived: Callable[[float, list[PublishedFrame]], None] = lambda t, frames: None,
     ) -> None:
         self._playout = playout
         self._on_origin = on_origin
+        self._on_arrived = on_arrived
         self._recorder = recorder
         self._connected = connected
         self._metrics = metrics
@@ -35,6 +38,7 @@ class GeneratedFrames:
         self.frames = 0  # frames handed to playout
 
     def on_generated(self, frames: list[PublishedFrame]) -> None:
+        self._on_arrived(time.monotonic(), frames)
         last = frames[-1]
         self.samples = (last.index + 1) * last.sample_rate // last.fps
         if self._recorder is not None:

@@ -24,7 +24,7 @@ from server.media.broadcast import Broadcast
 from server.media.clock import MonotonicClock
 from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
 from server.media.peer import answer, answer_ingest, close_peer, create_peer
-from server.media.playout import PlayoutBuffer
+from server.media.playout import PlayoutBuffer, VideoOut
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
 from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
@@ -37,6 +37,7 @@ from server.session.generated import GeneratedFrames
 from server.session.liveness import Liveness
 from server.session.metrics_loop import MetricsLoop
 from server.session.playback_reporter import PlaybackReporter
+from server.session.trace import LatencyTrace
 from server.voice.agent import AgentVoice
 from server.voice.mute import MutedAudio
 from server.voice.rest_face import RestingVideo
@@ -106,13 +107,15 @@ class AvatarSession:
         self.sync = SyncProbe(self.fps, 1000 // self.playout.config.audio_packet_ms)
         recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
         self.recorder = recorder
-        self.generated = GeneratedFrames(self.playout, recorder, self.connected, metrics, link.set_origin)
+        self.trace = LatencyTrace()
+        self.generated = GeneratedFrames(self.playout, recorder, self.connected, metrics, link.set_origin,
+                                         self.trace.arrived)
         self.played = PlaybackReporter(
             session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
         )
         self.resting = RestingVideo(self.playout, self.voice.gate, sr // self.fps)
         self.broadcast = Broadcast(
-            PlayoutVideoTrack(self.resting, self.fps, self.played.video_played),
+            PlayoutVideoTrack(self.resting, self.fps, self._video_played),
             PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),
         )
         self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected)
@@ -125,6 +128,7 @@ class AvatarSession:
             self.voice.tracker,
             self.events.emit,
             settings.feed_tick_s,
+            self.trace.fed_block,
         )
         self.metrics_loop = MetricsLoop(
             self.playout,
@@ -285,7 +289,12 @@ class AvatarSession:
         elif state in ("failed", "closed") and not self._closing:
             self._spawn(self.close(f"peer_{state}"), "close")
 
+    def _video_played(self, out: VideoOut) -> None:
+        self.trace.released(time.monotonic(), out)
+        self.played.video_played(out)
+
     def _on_mic(self, samples: np.ndarray) -> None:
+        self.trace.heard(time.monotonic(), samples)
         self.liveness.heard()
         if self.feeder.mode == "mirror":
             self.mic.push(samples)
