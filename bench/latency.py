@@ -5,7 +5,9 @@ client pushes the same bursts with ``audio.append`` after idle, says a sentence 
 and interrupts a long utterance. Each latency runs from the first audio of a burst (sent, or
 pushed) to the half-rise of the mouth's openness in the frames the client receives, read by the
 evaluation's openness probe; the interrupt from ``interrupt`` to the mouth closed and staying
-closed. Prints each figure's median and range, and the latency budget with each term measured.
+closed. Prints each figure's median and range, and the latency budget: every burst's latency
+split into terms read off the server's latency trace (``GET /v1/sessions/{id}/trace``), all on
+the clock the processes of one machine share.
 
     python bench/latency.py [--bursts 5] [--config tiny] [--threads 2] [--quality fast]
 """
@@ -36,6 +38,8 @@ from engine.avatars import avatar_image  # noqa: E402
 from engine.eval.probe import load_probe, measure_openness  # noqa: E402
 
 RATE = 16_000
+VIDEO_TICKS = 90_000 // 25  # RTP video clock ticks per frame
+LOUD = 0.05  # peak (of full scale) that counts as voice in the server's trace
 BURST_S, GAP_S = 1.6, 4.0  # gaps longer than any latency: each burst's response stands alone
 PACKET = RATE // 50
 
@@ -77,10 +81,11 @@ class BurstMic(MediaStreamTrack):
 
 
 class Viewer:
-    """The received video: (arrival, rgb) per frame."""
+    """The received video: (arrival, rgb) per frame, and each frame's RTP timestamp (90 kHz)."""
 
     def __init__(self) -> None:
         self.frames: list[tuple[float, np.ndarray]] = []
+        self.pts: list[int] = []
 
     async def run(self, track) -> None:
         while True:
@@ -90,6 +95,29 @@ class Viewer:
                 return
             if track.kind == "video":
                 self.frames.append((time.monotonic(), frame.to_ndarray(format="rgb24")))
+                self.pts.append(int(frame.pts))
+
+    def slot_arrivals(self, shown: list) -> dict[int, float]:
+        """Arrival of each output slot the server released (``shown``: its trace's (t, slot, frame)).
+
+        The RTP timestamps count slots from a random origin; of the origins that put no frame's
+        arrival before its release, the one giving the shortest trip is the sender's (a wrong one
+        is a whole 40 ms slot off)."""
+        if not self.pts or not shown:
+            return {}
+        ticks = np.array([(p - self.pts[0]) % 2**32 for p in self.pts]) // VIDEO_TICKS
+        arrived = np.array([t for t, _ in self.frames])
+        released = {slot: t for t, slot, _ in shown}
+        best: tuple[float, int] | None = None
+        for base in range(min(released), max(released) + 1):
+            trips = [arrived[i] - released[base + k] for i, k in enumerate(ticks) if base + k in released]
+            if len(trips) < 10 or min(trips) < 0:
+                continue
+            if best is None or float(np.median(trips)) < best[0]:
+                best = (float(np.median(trips)), base)
+        if best is None:
+            return {}
+        return {best[1] + int(k): float(t) for k, t in zip(ticks, arrived, strict=True)}
 
 
 def half_rise(times: np.ndarray, openness: np.ndarray, t0: float, window_s: float = 3.0) -> float | None:
@@ -123,7 +151,11 @@ def burst_pcm() -> np.ndarray:
 
 
 async def session(srv, mode: str, quality: str, mic: MediaStreamTrack | None):
-    res = await srv.http.post("/v1/sessions", json={"mode": mode, "quality": quality})
+    for _ in range(20):  # a worker still measuring the last session answers 503 with Retry-After
+        res = await srv.http.post("/v1/sessions", json={"mode": mode, "quality": quality})
+        if res.status_code != 503 or "retry-after" not in res.headers:
+            break
+        await asyncio.sleep(float(res.headers["retry-after"]) + 0.5)
     res.raise_for_status()
     s = res.json()
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -164,21 +196,89 @@ async def events_until(ws, kinds: set[str], out: list, stop: asyncio.Event) -> N
         out.append((time.monotonic(), event))
 
 
-async def mirror(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
+async def get_trace(srv, s: dict) -> dict:
+    res = await srv.http.get(f"/v1/sessions/{s['session_id']}/trace",
+                             headers={"Authorization": f"Bearer {s['token']}"})
+    res.raise_for_status()
+    return res.json()
+
+
+def budget(trace: dict, onset: float, slots: dict[int, float], times: np.ndarray, openness: np.ndarray,
+           lookahead_samples: int, spf: int, heard: bool) -> dict[str, float] | None:
+    """One burst's latency split into terms, each read off the server's trace (one clock for all).
+
+    transport_in: the burst's first packet sent -> the server's microphone has it (mirror);
+    intake_feed: -> its first loud block fed to the engine (the feed clock's holdback and tick, or
+    an agent's queue); chunk_wait: -> the last audio its chunk needs fed (the rest of the chunk and
+    the lookahead); queue_compute: -> the chunk's frames at the server (scheduling, compute,
+    transfer); playout: -> the onset frame released to the track (the playout delay and the slack
+    of a frame early in its chunk); transport_out: -> the client has that frame (encode, network,
+    jitter buffer, decode); mouth_rise: -> the mouth is half open on the client's screen."""
+    out: dict[str, float] = {}
+    t = onset
+    if heard:
+        mic = [e for e in trace["mic"] if e[0] >= onset and e[2] > LOUD]
+        if not mic:
+            return None
+        out["transport_in"] = mic[0][0] - t
+        t = mic[0][0]
+    fed = [e for e in trace["fed"] if e[0] >= t and e[3] > LOUD]
+    if not fed:
+        return None
+    t_fed, start = fed[0][0], fed[0][1]
+    out["intake_feed"] = t_fed - t
+    frames = [e for e in trace["generated"] if e[1] >= start // spf and e[2] > LOUD]
+    if not frames:
+        return None
+    t_gen, onset_frame = frames[0][0], frames[0][1]
+    chunk_end = max(i for tt, i, _ in trace["generated"] if tt == t_gen) + 1
+    needed = chunk_end * spf + lookahead_samples
+    covered = [e[0] for e in trace["fed"] if e[1] + e[2] >= needed]
+    t_needed = covered[0] if covered else t_gen
+    out["chunk_wait"] = t_needed - t_fed
+    out["queue_compute"] = t_gen - t_needed
+    shown = [e for e in trace["shown"] if e[2] is not None and e[2] >= onset_frame]
+    if not shown:
+        return None
+    t_rel, slot = shown[0][0], shown[0][1]
+    out["playout"] = t_rel - t_gen
+    half = half_rise(times, openness, onset)
+    if slot in slots and half is not None:
+        out["transport_out"] = slots[slot] - t_rel
+        out["mouth_rise"] = onset + half - slots[slot]
+    return out
+
+
+def budgets(traces: list[dict], onsets: list[float], viewer: Viewer, reference: np.ndarray, info: dict,
+            heard: bool) -> list[dict[str, float]]:
+    times, opened = openness_of(viewer, reference)
+    spf = RATE // info["fps"]
+    out = []
+    for trace, onset in zip(traces, onsets, strict=False):
+        b = budget(trace, onset, viewer.slot_arrivals(trace["shown"]), times, opened, info["lookahead_samples"],
+                   spf, heard)
+        if b is not None:
+            out.append(b)
+    return out
+
+
+async def mirror(srv, quality: str, bursts: int, reference: np.ndarray, info: dict) -> dict:
     mic = BurstMic()
     s, pc, viewer, ws = await session(srv, "mirror", quality, mic)
     pcm = burst_pcm()
     await asyncio.sleep(4.0)
+    traces = []
     for _ in range(bursts):
         mic.speak(pcm)
         await asyncio.sleep(BURST_S + GAP_S)
-    await asyncio.sleep(1.0)
+        traces.append(await get_trace(srv, s))
     metrics = [json.loads(m) for m in await drain(ws)]
     await close(srv, s, pc, ws)
     times, opened = openness_of(viewer, reference)
     lat = [half_rise(times, opened, t) for t in mic.onsets]
     delays = [m["playout_delay_ms"] for m in metrics if m.get("type") == "metrics"]
-    return {"mouth_to_screen_s": [x for x in lat if x is not None], "playout_delay_ms": delays[-1] if delays else None}
+    return {"mouth_to_screen_s": [x for x in lat if x is not None], "playout_delay_ms": delays[-1] if delays else None,
+            "budget": budgets(traces, mic.onsets, viewer, reference, info, heard=True)}
 
 
 async def drain(ws, wait_s: float = 0.2) -> list[str]:
@@ -190,20 +290,21 @@ async def drain(ws, wait_s: float = 0.2) -> list[str]:
             return out
 
 
-async def agent(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
+async def agent(srv, quality: str, bursts: int, reference: np.ndarray, info: dict) -> dict:
     s, pc, viewer, ws = await session(srv, "agent", quality, None)
     events: list = []
     stop = asyncio.Event()
     reader = asyncio.create_task(events_until(ws, set(), events, stop))
     pcm = burst_pcm()
     await asyncio.sleep(4.0)
-    pushed = []
+    pushed, traces = [], []
     for i in range(bursts):
         pushed.append(time.monotonic())
         await ws.send(json.dumps({"type": "audio.append", "sample_rate": RATE, "utterance_id": f"b{i}",
                                   "audio": base64.b64encode(pcm.tobytes()).decode()}))
         await ws.send(json.dumps({"type": "audio.commit"}))
         await asyncio.sleep(BURST_S + GAP_S)
+        traces.append(await get_trace(srv, s))
     t_speak = time.monotonic()
     await ws.send(json.dumps({"type": "speak", "text": "Hello there, I am the avatar.", "utterance_id": "hello"}))
     await asyncio.sleep(4.0)
@@ -217,6 +318,7 @@ async def agent(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
     await asyncio.sleep(3.0)
     stop.set()
     reader.cancel()
+    split = budgets(traces, pushed, viewer, reference, info, heard=False)
     await close(srv, s, pc, ws)
     times, opened = openness_of(viewer, reference)
     lat = [half_rise(times, opened, t) for t in pushed]
@@ -226,13 +328,43 @@ async def agent(srv, quality: str, bursts: int, reference: np.ndarray) -> dict:
     closed = closed_after(times, opened, t_interrupt, idle + 0.25 * (peak - idle))
     return {"append_to_mouth_s": [x for x in lat if x is not None],
             "speak_to_started_s": (started[0] - t_speak) if started else None,
-            "interrupt_to_closed_s": closed}
+            "interrupt_to_closed_s": closed, "budget": split}
 
 
 def fmt(values: list[float]) -> str:
     if not values:
         return "n/a"
     return f"median {statistics.median(values):.2f} s (range {min(values):.2f}-{max(values):.2f}, n={len(values)})"
+
+
+TERMS = ("transport_in", "intake_feed", "chunk_wait", "queue_compute", "playout", "transport_out", "mouth_rise")
+
+
+def budget_table(rows: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Median (range) of each term in ms, one column per mode, and the sum of the medians."""
+    lines = [f"{'term (ms)':<16}" + "".join(f"{mode:>24}" for mode in rows)]
+    for term in TERMS:
+        cells = []
+        for split in rows.values():
+            values = [1000 * b[term] for b in split if term in b]
+            cells.append(f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})" if values else "-")
+        lines.append(f"{term:<16}" + "".join(f"{c:>24}" for c in cells))
+    totals = []
+    for split in rows.values():
+        medians = [statistics.median([b[t] for b in split if t in b]) for t in TERMS if any(t in b for b in split)]
+        totals.append(f"{1000 * sum(medians):.0f}")
+    lines.append(f"{'sum of medians':<16}" + "".join(f"{c:>24}" for c in totals))
+    return lines
+
+
+def lookahead_samples(config_name: str) -> int:
+    """Audio a chunk reads past its last frame: the window's lookahead plus the last mel frame's
+    overhang (what ContextGen cuts)."""
+    from engine.config import get_config
+
+    a = get_config(config_name).audio
+    ahead_ms = a.context_ms if a.lookahead_ms is None else a.lookahead_ms
+    return ahead_ms * a.sample_rate // 1000 + a.n_fft // 2 - a.hop
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -249,9 +381,10 @@ async def main(argv: list[str] | None = None) -> int:
     load_probe()
     async with spawned_server(args.config, threads=args.threads, max_sessions=2, startup_s=180) as srv:
         info = (await srv.http.get("/v1/info")).json()
+        info["lookahead_samples"] = lookahead_samples(args.config)
         reference = avatar_image(info["avatars"][0], (info["height"], info["width"]))
-        m = await mirror(srv, args.quality, args.bursts, reference)
-        a = await agent(srv, args.quality, args.bursts, reference)
+        m = await mirror(srv, args.quality, args.bursts, reference, info)
+        a = await agent(srv, args.quality, args.bursts, reference, info)
         engine = (await srv.http.get("/v1/engine")).json()["workers"][0]
     chunk_ms = sum(engine["chunk_ms"].values())
     print(f"{args.config} / {args.quality}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback")
@@ -261,8 +394,11 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"speak -> playback.started     {'n/a' if speak is None else f'{speak:.2f} s'}")
     closed = a["interrupt_to_closed_s"]
     print(f"interrupt -> mouth closed     {'n/a' if closed is None else f'{closed:.2f} s'}")
-    print(f"budget: engine compute per chunk and session {chunk_ms:.0f} ms (stages {engine['chunk_ms']}), "
-          f"playout delay {m['playout_delay_ms']} ms")
+    print(f"engine compute per chunk and session {chunk_ms:.0f} ms (stages "
+          + ", ".join(f"{k} {v:.0f}" for k, v in engine["chunk_ms"].items())
+          + f"), lookahead {1000 * info['lookahead_samples'] / RATE:.1f} ms, last playout delay "
+          f"{m['playout_delay_ms']} ms")
+    print("\n".join(budget_table({"mirror": m["budget"], "agent append": a["budget"]})))
     if args.json:
         Path(args.json).write_text(json.dumps({"mirror": m, "agent": a, "engine": engine}, indent=2))
     return 0

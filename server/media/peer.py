@@ -8,14 +8,16 @@ import logging
 from datetime import UTC, datetime
 
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
 
 from server.config import IceServer
 from server.media.sdp import BadOffer, check_offer
 
-__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "last_rtcp_age",
-           "remote_streams"]
+__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "hold_audio_packets",
+           "last_rtcp_age", "remote_streams"]
 log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 5.0  # a healthy close takes milliseconds
+JITTER_ATTR = "_RTCRtpReceiver__jitter_buffer"  # aiortc's receiver keeps its jitter buffer here
 
 
 def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
@@ -23,14 +25,30 @@ def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
     return RTCPeerConnection(RTCConfiguration(iceServers=servers))
 
 
-async def apply_offer(pc: RTCPeerConnection, offer: RTCSessionDescription) -> set[str]:
-    """Apply the client's offer (checked first: :func:`check_offer`); the kinds of its media sections."""
+async def apply_offer(pc: RTCPeerConnection, offer: RTCSessionDescription, mic_packets: int | None = None) -> set[str]:
+    """Apply the client's offer (checked first: :func:`check_offer`); the kinds of its media sections.
+    ``mic_packets``: how many audio packets the receive jitter buffer holds (:func:`hold_audio_packets`)."""
     check_offer(offer.sdp)
     try:
         await pc.setRemoteDescription(offer)
     except Exception as exc:  # aiortc's parser raises anything from StopIteration to OperationError
         raise BadOffer(f"malformed SDP offer: {exc.__class__.__name__}: {exc}") from exc
+    if mic_packets is not None:
+        hold_audio_packets(pc, mic_packets)
     return {t.kind for t in pc.getTransceivers()}
+
+
+def hold_audio_packets(pc: RTCPeerConnection, packets: int) -> None:
+    """Let each incoming audio packet out of aiortc's receive jitter buffer once ``packets`` packets
+    have arrived from it on (aiortc holds 4: 80 ms of microphone delay before the feed clock even
+    sees it). The feed clock's own holdback absorbs arrival jitter; what a deeper buffer adds is
+    room to put reordered packets back in order, which a packet later than this is not given."""
+    for transceiver in pc.getTransceivers():
+        receiver = transceiver.receiver
+        if transceiver.kind != "audio" or not hasattr(receiver, JITTER_ATTR):
+            continue
+        old = getattr(receiver, JITTER_ATTR)
+        setattr(receiver, JITTER_ATTR, JitterBuffer(capacity=old.capacity, prefetch=packets))
 
 
 async def _local_answer(pc: RTCPeerConnection) -> RTCSessionDescription:
@@ -42,19 +60,21 @@ async def _local_answer(pc: RTCPeerConnection) -> RTCSessionDescription:
 
 
 async def answer(
-    pc: RTCPeerConnection, offer: RTCSessionDescription, video: MediaStreamTrack, audio: MediaStreamTrack
+    pc: RTCPeerConnection, offer: RTCSessionDescription, video: MediaStreamTrack, audio: MediaStreamTrack,
+    mic_packets: int | None = None,
 ) -> RTCSessionDescription:
     """Apply the offer, attach our two tracks to its audio/video sections, return the answer."""
-    if not {"audio", "video"} <= await apply_offer(pc, offer):
+    if not {"audio", "video"} <= await apply_offer(pc, offer, mic_packets):
         raise BadOffer("the offer must contain an audio and a video media section")
     pc.addTrack(video)
     pc.addTrack(audio)
     return await _local_answer(pc)
 
 
-async def answer_ingest(pc: RTCPeerConnection, offer: RTCSessionDescription) -> RTCSessionDescription:
+async def answer_ingest(pc: RTCPeerConnection, offer: RTCSessionDescription,
+                        mic_packets: int | None = None) -> RTCSessionDescription:
     """A publisher's offer (WHIP): its audio comes in, nothing goes back; any video is read and ignored."""
-    if "audio" not in await apply_offer(pc, offer):
+    if "audio" not in await apply_offer(pc, offer, mic_packets):
         raise BadOffer("a WHIP offer must contain an audio media section")
     return await _local_answer(pc)
 

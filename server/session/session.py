@@ -188,9 +188,10 @@ class AvatarSession:
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", self._on_connection_state)
         if ingest:
-            description = await answer_ingest(pc, offer)
+            description = await answer_ingest(pc, offer, self.settings.mic_jitter_packets)
         else:
-            description = await answer(pc, offer, *self.broadcast.subscribe())
+            description = await answer(pc, offer, *self.broadcast.subscribe(),
+                                       mic_packets=self.settings.mic_jitter_packets)
         self._start_media_once()
         return description
 

@@ -1,0 +1,95 @@
+"""The session peer's microphone path: aiortc's audio receive buffer held to what the settings say,
+and what that saves, measured on real aiortc peers over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from fractions import Fraction
+
+import av
+import numpy as np
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from server_helpers import loopback_only
+
+from server.media.peer import JITTER_ATTR, answer_ingest, close_peer, create_peer
+
+RATE, PACKET = 48_000, 960
+
+
+class ClickMic(MediaStreamTrack):
+    """Silence with a loud 20 ms packet every 10th packet, paced in real time; records when each
+    loud packet was handed to the sender."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.start: float | None = None
+        self.sent: list[float] = []
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        self.start = self.start or time.monotonic()
+        wait = self.start + self.n * 0.02 - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        loud = self.n % 10 == 5
+        pcm = np.full((1, PACKET), 12_000 if loud else 0, np.int16)
+        if loud:
+            self.sent.append(time.monotonic())
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = RATE, self.n * PACKET, Fraction(1, RATE)
+        self.n += 1
+        return frame
+
+
+async def click_delay(mic_packets: int, clicks: int = 8) -> float:
+    """Median seconds from a click handed to the client's sender to its decoded frame at the server."""
+    server, client = create_peer([]), RTCPeerConnection()
+    heard: list[float] = []
+    done = asyncio.Event()
+
+    async def listen(track) -> None:
+        quiet = True  # a click may spread into the next decoded frame: count where loudness begins
+        while not done.is_set():
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            loud = np.abs(frame.to_ndarray()).max() > 6000
+            if loud and quiet:
+                heard.append(time.monotonic())
+            quiet = not loud
+            if len(heard) >= clicks:
+                done.set()
+
+    server.on("track", lambda track: asyncio.ensure_future(listen(track)))
+    mic = ClickMic()
+    client.addTrack(mic)
+    await client.setLocalDescription(await client.createOffer())
+    answer = await answer_ingest(server, client.localDescription, mic_packets)
+    (receiver,) = [t.receiver for t in server.getTransceivers() if t.kind == "audio"]
+    assert getattr(receiver, JITTER_ATTR)._prefetch == mic_packets
+    await client.setRemoteDescription(RTCSessionDescription(sdp=answer.sdp, type="answer"))
+    await asyncio.wait_for(done.wait(), 30)
+    await client.close()
+    await close_peer(server)
+    sent = mic.sent[: len(heard)]
+    delays = [h - s for s, h in zip(sent, heard, strict=True)]
+    assert all(d > 0 for d in delays), delays
+    return statistics.median(delays)
+
+
+async def test_a_shallow_receive_buffer_hands_the_microphone_over_sooner(monkeypatch) -> None:
+    loopback_only(monkeypatch)
+    shallow = await click_delay(1)
+    aiortc_default = await click_delay(4)
+    # Each packet held back waits for the packets after it: three more at 20 ms each.
+    assert aiortc_default - shallow > 0.035, (shallow, aiortc_default)
+    print(f"microphone packet to server: {1000 * shallow:.0f} ms holding 1 packet, "
+          f"{1000 * aiortc_default:.0f} ms holding 4")
