@@ -147,6 +147,9 @@ class Settings(BaseModel):
     feed_tick_s: float = Field(0.02, gt=0)
 
     playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
+    playout_preview: bool = Field(
+        True, description="show the first frame as soon as it is in, held until playout reaches it (one L sooner)"
+    )
     playout_min_delay_s: float = Field(PlayoutConfig.min_delay, ge=0)
     playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
     playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
@@ -185,6 +188,7 @@ class Settings(BaseModel):
             min_delay=self.playout_min_delay_s,
             max_delay=self.playout_max_delay_s,
             capacity_frames=self.playout_capacity_frames,
+            preview=self.playout_preview,
         )
 
     @property

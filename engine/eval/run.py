@@ -33,6 +33,10 @@ from engine.pipeline import Pipeline
 from engine.puppet import Identity, face_track_from_audio, openness_series, reference_image, render_video
 from engine.puppet.engine import PuppetPipeline
 
+# Pipelines scored on the clips: I chunks on and off at the schedule's chunk, and the fast preset
+# (its own chunk, no I chunks) where that differs.
+LABELS = ("interp", "no_interp", "fast")
+
 THRESHOLDS = {  # issue 4, "Evaluation"
     "lip_sync_r_min": 0.8,
     "lip_sync_max_abs_lag": 1,
@@ -265,6 +269,9 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         pipes = {"interp": pipeline, "no_interp": no_interp or pipeline.with_interp(False)}
     else:
         pipes = {"no_interp": pipeline}
+    fast_chunk = pipeline.config.fast_chunk
+    if fast_chunk is not None and fast_chunk != pipeline.config.schedule.chunk:
+        pipes["fast"] = pipeline.preset("fast")  # the low-latency schedule sessions get by default
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
     log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")
     result: dict[str, Any] = {
@@ -308,9 +315,9 @@ def card_entry(result: dict[str, Any]) -> dict[str, Any]:
     """The figures a model card keeps from one ``evaluate`` result."""
     keys = ("lip_sync", "seam_ratio", "psnr", "ssim", "appearance", "real_time_factor")
     entry: dict[str, Any] = {
-        label: {k: result[label][k] for k in keys} for label in ("interp", "no_interp") if label in result
+        label: {k: result[label][k] for k in keys} for label in LABELS if label in result
     }
-    entry["clips"] = len(next(v for k, v in result.items() if k in ("interp", "no_interp"))["clips"])
+    entry["clips"] = len(next(v for k, v in result.items() if k in LABELS)["clips"])
     entry["settings"] = {k: result[k] for k in ("steps", "guidance", "deblock")}
     if "ceiling" in result:
         entry["ceiling"] = result["ceiling"]
@@ -357,7 +364,7 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 def format_table(result: dict[str, Any]) -> str:
     """A fixed-width summary of ``evaluate``'s result."""
-    labels = [k for k in ("interp", "no_interp") if k in result]
+    labels = [k for k in LABELS if k in result]
     rows = [("metric", *labels, "target")]
     pick: list[tuple[str, Callable[[dict[str, Any]], str], str]] = [
         ("lip sync r (lag 0)", lambda r: _fmt(r["lip_sync"]["pearson_r"]), ">= 0.80"),

@@ -40,6 +40,7 @@ class ClusterNode:
     sessions: set[str] = field(default_factory=set)
     capacity: int = 0
     misses: float = 0.0
+    reports: int = 0  # reports taken from the node so far
     error: str | None = None
     lost: asyncio.Event = field(default_factory=asyncio.Event)
     poke: asyncio.Event = field(default_factory=asyncio.Event)
@@ -61,13 +62,14 @@ class ClusterNode:
         self.sessions = set(report.sessions) | set(self._placed)
         self.capacity = max(0, report.capacity - len(self._placed))
         self.misses = report.misses
+        self.reports += 1
         self.address = report.address
         self.alive = report.workers_alive > 0
         self.error = None if self.alive else "no engine worker runs on this node"
 
     def json(self) -> dict:
         return {"node": self.node, "address": self.address, "alive": self.alive, "sessions": len(self.sessions),
-                "capacity": self.capacity, "misses": self.misses, "error": self.error}
+                "capacity": self.capacity, "misses": self.misses, "reports": self.reports, "error": self.error}
 
 
 class Membership:

@@ -150,7 +150,7 @@ class PlayoutBuffer:
         period = self._frame_period
         slot = self._v_next
         if slot is None:
-            slot = self._delay.delay_q(Fraction(0)) * self._frames_per_q
+            slot = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self._frames_per_q
         await self._sleep_until(t0 + float(slot * period))
         lagged = self._clock.now() - self._due(slot * period) > self._video_tol + EPS
         if lagged:
@@ -170,8 +170,8 @@ class PlayoutBuffer:
         t0 = await self._wait_started()
         period = self._packet_period
         index = self._a_next
-        if index is None:
-            index = self._delay.delay_q(Fraction(0)) * self._packets_per_q
+        if index is None:  # with a preview, silence until the first frame's own packets
+            index = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self._packets_per_q
         await self._sleep_until(t0 + float(index * period))
         if self._clock.now() - self._due(index * period) > self._audio_tol + EPS:
             ahead = max(index, self._slot_now(period))
@@ -241,6 +241,10 @@ class PlayoutBuffer:
         self._released_w = max(self._released_w, w)
         media = slot - self._delay.delay_q(w) * self._frames_per_q
         due = self._due(w)
+        if media < 0 and self._v_wm < 0:  # a preview slot: the first frame, before its own slot
+            first = self._frames.get(0)
+            if first is not None:
+                return self._video_out(slot, due, repeated=True, inserted=True, frame=first.frame)
         if media <= self._v_wm:
             self._holds += 1
             return self._video_out(slot, due, repeated=True, inserted=True)
@@ -266,8 +270,9 @@ class PlayoutBuffer:
         self._delay.shown(w, self._released_w)
         return self._video_out(slot, due, repeated=False, inserted=False)
 
-    def _video_out(self, slot: int, due: float, repeated: bool, inserted: bool) -> VideoOut:
-        last = self._last_frame
+    def _video_out(self, slot: int, due: float, repeated: bool, inserted: bool,
+                   frame: PublishedFrame | None = None) -> VideoOut:
+        last = self._last_frame if frame is None else frame
         assert self._blank is not None
         return VideoOut(
             slot=slot,

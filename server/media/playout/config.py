@@ -30,6 +30,10 @@ class PlayoutConfig:
     video_late_tolerance_s: float | None = None  # None: one frame period
     # Resync after this many late arrivals in a row while L is already at its maximum.
     resync_after_late: int = 5
+    # Video starts at t0 with the first frame, held until the timeline reaches it L later (audio
+    # with silence, so both tracks start at one instant): the viewer sees the face a playout
+    # delay sooner, and the stream's cadence is steady from t0.
+    preview: bool = False
 
     def __post_init__(self) -> None:
         if self.fps <= 0 or self.sample_rate <= 0 or self.audio_packet_ms <= 0:

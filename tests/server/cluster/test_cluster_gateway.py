@@ -63,6 +63,33 @@ async def node_misses(srv: Running, node: str) -> float:
     return next(n["misses"] for n in nodes if n["node"] == node)
 
 
+async def settled_misses(srv: Running, node: str, timeout_s: float = 10.0) -> float:
+    """The node's deadline misses once a report adds none to the one before (start-up is over)."""
+    deadline = time.monotonic() + timeout_s
+    misses = await node_misses(srv, node)
+    while True:
+        await next_report(srv, node)
+        now = await node_misses(srv, node)
+        if now == misses:
+            return now
+        assert time.monotonic() < deadline, f"{node} kept missing deadlines for {timeout_s} s"
+        misses = now
+
+
+async def next_report(srv: Running, node: str, timeout_s: float = 10.0) -> None:
+    """Until the gateway holds a report of ``node`` asked for after now: two reports on (the one
+    in flight may have been asked before)."""
+
+    async def reports() -> int:
+        nodes = (await srv.http.get("/v1/cluster")).json()["nodes"]
+        return next(n["reports"] for n in nodes if n["node"] == node)
+
+    first, deadline = await reports(), time.monotonic() + timeout_s
+    while await reports() < first + 2:
+        assert time.monotonic() < deadline, f"no report from {node} within {timeout_s} s"
+        await asyncio.sleep(0.05)
+
+
 def spawn_gateway(address: str, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "server.cli", "serve", "--ray", address, "--port", str(port), "--log-level", "warning"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -191,8 +218,7 @@ async def test_losing_a_node_ends_only_its_sessions(avatar_cluster: LocalCluster
             await first_frame_s(c)
         try:
             assert a.node != b.node
-            await asyncio.sleep(1.5)  # past start-up
-            misses_before = await node_misses(gw, b.node)
+            misses_before = await settled_misses(gw, b.node)  # start-up's misses in the baseline
             removed = time.monotonic()
             await asyncio.to_thread(avatar_cluster.remove, a.node)
             deadline = removed + 10.0
@@ -207,7 +233,7 @@ async def test_losing_a_node_ends_only_its_sessions(avatar_cluster: LocalCluster
             assert b.frames_between(removed, removed + 3.0) >= 0.9 * FPS * 3.0
             nodes = (await gw.http.get("/v1/cluster")).json()["nodes"]
             assert [n["node"] for n in nodes] == [b.node]
-            await asyncio.sleep(1.1)  # the node's next report
+            await next_report(gw, b.node)
             assert await node_misses(gw, b.node) - misses_before <= 2, "the surviving node missed deadlines"
             c = await create(gw)
             assert c.node == b.node

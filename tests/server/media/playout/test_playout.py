@@ -316,6 +316,32 @@ async def test_delay_settles_on_the_jitter_production_has() -> None:
     await s.stop()
 
 
+async def test_preview_shows_the_first_frame_at_once_and_keeps_the_timeline() -> None:
+    """With ``preview`` the video starts at t0 with the first frame, held (inserted, never a miss)
+    until the timeline reaches it L later; audio and every later frame keep their due times."""
+    cfg = PlayoutConfig(initial_delay=0.24, preview=True)
+    s = Session(cfg)
+    for i in range(50):
+        s.buf.put_nowait(frame(i))
+    await s.clock.run_for(1.0)
+    L = s.buf.stats().delay
+    t0 = s.buf.t0
+    first_t, first = s.video[0]
+    assert first_t == pytest.approx(t0) and first.slot == 0 and first.frame_index == 0
+    assert np.array_equal(first.rgb, frame(0).rgb)
+    previews = [out for _, out in s.video if out.slot < round(L * FPS)]
+    assert len(previews) == round(L * FPS) and all(o.inserted and o.frame_index == 0 for o in previews)
+    fresh = [(t, out) for t, out in s.video if not out.repeated]
+    assert fresh[0][1].frame_index == 0 and fresh[0][0] == pytest.approx(t0 + L)
+    assert s.audio[0][0] == pytest.approx(t0) and s.audio[0][1].inserted, "both tracks start at t0"
+    voiced = [(t, out) for t, out in s.audio if not out.inserted]
+    assert voiced[0][0] == pytest.approx(t0 + L) and voiced[0][1].media_sample == 0, "frame 0's voice in its slot"
+    st = s.buf.stats()
+    assert st.deadline_misses == 0
+    check_av(s)
+    await s.stop()
+
+
 async def chunked_misses(cfg: PlayoutConfig, seconds: float = 240.0) -> tuple[int, int]:
     """Deadline misses of an engine making 16-frame chunks in real time on average, each ready
     0.45 s after its audio, but every fifteenth one (every 9.6 s) 0.75 s after: (misses in the first and in the
