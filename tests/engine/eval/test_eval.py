@@ -287,3 +287,16 @@ def test_evaluate_scores_a_perfect_engine_as_perfect() -> None:
         assert res["psnr"] is None and res["ssim"] == pytest.approx(1.0)  # None: infinite, frames identical
         assert 0.7 < res["seam_ratio"] < 1.4 and res["appearance"] > 0.9
     assert result["passes"]["lip_sync_r"] and result["passes"]["lip_sync_lag"]
+
+
+def test_evaluate_scores_the_fast_preset_at_its_own_chunk() -> None:
+    from engine.eval.run import card_entry, evaluate, format_table
+    from engine.pipeline import Pipeline
+
+    micro = Pipeline.from_config("micro", threads=1)
+    pipe = type(micro)(micro.config.replace(fast_chunk=1), micro.models, micro.device, micro.steps)
+    result = evaluate(pipe, clips=1, long_minutes=0, progress=False)
+    assert {"interp", "no_interp", "fast"} <= set(result)
+    assert set(result["fast"]["lip_sync"]) == {"pearson_r", "best_lag", "r_at_best_lag"}
+    assert result["fast"]["real_time_factor"] > 0
+    assert "fast" in card_entry(result) and "fast" in format_table(result).splitlines()[0]
