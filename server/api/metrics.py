@@ -34,6 +34,10 @@ class ServerMetrics:
             "avatar_frames_generated", "Frames produced by the engine", registry=r
         )
         self.frames_played = Counter("avatar_frames_played", "Video frames released by playout", registry=r)
+        self.frames_rested = Counter(
+            "avatar_interrupt_frames_rested", "Video slots that showed the face at rest instead of a frame of "
+            "speech an interrupt dropped", registry=r,
+        )
         self.deadline_misses = Counter(
             "avatar_deadline_misses", "Frames dropped late or repeated for lack of a new one", registry=r
         )

@@ -113,7 +113,8 @@ class AvatarSession:
         self.played = PlaybackReporter(
             session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
         )
-        self.resting = RestingVideo(self.playout, self.voice.gate, sr // self.fps)
+        self.resting = RestingVideo(self.playout, self.voice.gate, sr // self.fps,
+                                    on_replaced=metrics.frames_rested.inc)
         self.broadcast = Broadcast(
             PlayoutVideoTrack(self.resting, self.fps, self._video_played),
             PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),

@@ -12,6 +12,7 @@ from the silence fed since the interrupt.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,8 +35,9 @@ class RestingVideo:
     """The playout's ``next_video`` with every frame whose audio an interrupt cut replaced."""
 
     def __init__(self, source: VideoSource, gate: VoiceGate, samples_per_frame: int,
-                 fade_frames: int = FADE_FRAMES) -> None:
+                 fade_frames: int = FADE_FRAMES, on_replaced: Callable[[], None] = lambda: None) -> None:
         self._source = source
+        self._on_replaced = on_replaced
         self._gate = gate
         self._spf = samples_per_frame
         self._fade = max(1, fade_frames)
@@ -67,6 +69,7 @@ class RestingVideo:
         self._into_rest += 1
         self._out_of_rest = None
         self.replaced += 1
+        self._on_replaced()
         assert self._faded_from is not None
         return blend(self._faded_from, self._rest, self._into_rest / self._fade)
 

@@ -115,6 +115,8 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
         assert (fed - cut) / SR > 0.3  # there really was audio in flight to silence
         # Nor were its pictures shown: every frame of the cut audio went out as the face at rest.
         assert session.resting.replaced >= (fed - cut) // (SR // session.fps) - 1
+        metrics = (await srv.http.get("/metrics")).text
+        assert f"avatar_interrupt_frames_rested_total {float(session.resting.replaced)}" in metrics
         # What the client heard: the tone for as long as it played before the cut, and at most
         # 200 ms of media time more (counted in received 20 ms packets, so stalls cannot hide it).
         loud_s = live.media.loud_packets() * PACKET_S
