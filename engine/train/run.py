@@ -110,7 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             save_latent_set(data, latent_path)
             record("latents", t0, clips=len(data.clips))
         elif stage == "dit":
-            from engine.train.dit import train_dit
+            from engine.train.dit import train_chunks, train_dit
 
             data = load_latent_set(latent_path)
             losses = train_dit(models.dit, models.audio, data, args.dit_steps, args.seed, lr=args.dit_lr,
@@ -118,6 +118,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             models.dit.save(out / "dit.safetensors")
             models.audio.save(out / "audio.safetensors")
             record("dit", t0, steps=args.dit_steps, lr=args.dit_lr, mouth_weight=args.mouth_weight,
+                   chunks=list(train_chunks(config)), lookahead_ms=config.audio.lookahead_ms,
                    final_loss=tail_mean(losses, 100))
         elif stage == "sr":
             from engine.train.sr import train_sr
