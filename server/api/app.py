@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.errors import ApiError
+from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits, client_key
 from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
@@ -85,6 +86,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        io_threads = start_io_threads(loop)
         running = engine or Engine(engine_client(settings))
         t0 = time.perf_counter()
         await running.start()
@@ -105,6 +108,7 @@ def create_app(
         finally:
             await manager.stop()
             await running.close()
+            stop_io_threads(loop, io_threads)
 
     app = FastAPI(
         title="avatar-engine",
