@@ -164,6 +164,8 @@ class EngineCore:
     def close(self, sid: str) -> None:
         if self.sessions.pop(sid, None) is not None:
             self.quality.remove(sid)
+            if not self.sessions:
+                self.costs.forget_load()
 
     # ---- scheduling ----------------------------------------------------------------------
 

@@ -127,6 +127,12 @@ class CostModel:
                           for key, points in self._costs.items()}
         self._load = _Ewma()
 
+    def forget_load(self) -> None:
+        """The load factor back to 1: what the sessions that ran cost beside the web side's work for
+        them says nothing once none runs (an idle worker that kept it would refuse every session,
+        and with none running it would never learn otherwise)."""
+        self._load = _Ewma()
+
     @property
     def load(self) -> float:
         """How much slower (> 1) or faster than at calibration the engine runs now."""

@@ -141,3 +141,19 @@ def test_capacity_is_what_fits_in_real_time_minus_the_sessions_held(core):
     open_fed(core, "a", 1.0)
     open_fed(core, "b", 1.0)
     assert core.capacity() == total - 2
+
+
+def test_an_idle_worker_forgets_the_load_its_last_sessions_ran_under(core):
+    """A load factor learned while sessions ran (the web side taking cores) is dropped once the
+    last one closes: an idle worker that kept it could refuse every session and never learn
+    that the machine has calmed down."""
+    costs = core.costs
+    costs.observe(("N",), 1, 0.01)
+    costs.set_baseline()
+    open_fed(core, "a", 1.0)
+    for _ in range(10):
+        costs.observe(("N",), 1, 0.03)  # three times the baseline
+    assert costs.load > 2.0
+    core.close("a")
+    assert costs.load == 1.0
+    assert costs.estimate(("N",), 1) == pytest.approx(0.01)
