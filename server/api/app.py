@@ -87,7 +87,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        io_threads = start_io_threads(loop)
+        io_threads = app.state.io_threads = start_io_threads(loop)
         running = engine or Engine(engine_client(settings))
         t0 = time.perf_counter()
         await running.start()
