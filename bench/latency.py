@@ -368,15 +368,13 @@ def budget_table(rows: dict[str, list[dict[str, float]]]) -> list[str]:
 
 
 def lookahead_samples(config_name: str) -> int:
-    """Audio a chunk reads past its last frame: the window's lookahead plus the last mel frame's
-    overhang (what ContextGen cuts)."""
+    """Audio a chunk reads past its last frame (what ContextGen cuts)."""
     from engine.config import PUPPET, get_config
+    from engine.modules.audio_encoder import AudioEncoder
 
     if config_name == PUPPET:  # the procedural engine draws each frame from its own audio
         return 0
-    a = get_config(config_name).audio
-    ahead_ms = a.context_ms if a.lookahead_ms is None else a.lookahead_ms
-    return ahead_ms * a.sample_rate // 1000 + a.n_fft // 2 - a.hop
+    return AudioEncoder.lookahead_samples(get_config(config_name))
 
 
 async def main(argv: list[str] | None = None) -> int:

@@ -270,7 +270,7 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
     else:
         pipes = {"no_interp": pipeline}
     fast_chunk = pipeline.config.fast_chunk
-    if fast_chunk is not None and fast_chunk != pipeline.config.schedule.chunk and hasattr(pipeline, "preset"):
+    if fast_chunk is not None and fast_chunk != pipeline.config.schedule.chunk:
         pipes["fast"] = pipeline.preset("fast")  # the low-latency schedule sessions get by default
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
     log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")

@@ -86,6 +86,15 @@ class AudioEncoder(Module):
             raise ValueError(f"lookahead_ms must lie within 0..{2 * a.context_ms}")
         return 2 * context - ahead
 
+    @staticmethod
+    def lookahead_samples(config: EngineConfig) -> int:
+        """Samples a latent's window reads past the end of its own audio: the lookahead, plus the
+        last mel frame's overhang (n_fft / 2 - hop). Every chunk waits for this much more audio."""
+        a = config.audio
+        span = config.samples_per_frame // a.hop * config.vae.temporal_down
+        after = AudioEncoder.mel_window(config) - AudioEncoder.mel_before(config) - span
+        return after * a.hop + a.n_fft // 2 - a.hop
+
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """(B, F, window, mels) -> (B, F, audio_tokens, width)."""
         b, f, n, m = mel.shape

@@ -76,7 +76,7 @@ class DelayController:
         if now <= since:
             return
         needed = self._needed(now)
-        if needed is None or needed > self.delay_s(now) + EPS:
+        if needed is None:
             return
         shrunk = max(cfg.min_delay, needed, self.target - cfg.decay_per_s * (now - since))
         if shrunk < self.target:

@@ -262,7 +262,7 @@ class _PuppetPipeline:
         from engine.config import get_config
 
         self.identity, self.track_seed, self.size = identity, track_seed, size
-        self.config = get_config("tiny").with_schedule(interp=interp)
+        self.config = get_config("tiny").with_schedule(interp=interp).replace(fast_chunk=None)  # no presets
         self.device, self.steps, self.weights_loaded = "cpu", 0, []
         self.fps, self.sample_rate, self.frame_size = 25, SR, (size, size)
 

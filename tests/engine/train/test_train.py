@@ -171,6 +171,7 @@ def test_training_cuts_the_audio_windows_inference_cuts(clips: list, lookahead_m
     n_fft / 2 - hop samples)."""
     import dataclasses
 
+    from engine.modules.audio_encoder import AudioEncoder
     from engine.stages.context_gen import ContextGen, ContextRequest
     from engine.train.dit import mel_windows
 
@@ -183,6 +184,7 @@ def test_training_cuts_the_audio_windows_inference_cuts(clips: list, lookahead_m
     last_frame_end = (config.vae.temporal_down * (hi - 1) + 1) * config.samples_per_frame
     ahead = config.audio.context_ms if lookahead_ms is None else lookahead_ms
     assert span.samples[1] - last_frame_end == ahead * 16 + config.audio.n_fft // 2 - config.audio.hop
+    assert span.samples[1] - last_frame_end == AudioEncoder.lookahead_samples(config)
     assert span.samples[1] - span.samples[0] == gen.audio_span((0, 2)).samples[1] - gen.audio_span((0, 2)).samples[0]
     audio = torch.from_numpy(clips[0].audio[span.samples[0]:span.samples[1]].copy())
     served = gen(ContextRequest((lo, hi), audio.numpy(), seed=0, guided=False)).audio_tokens
