@@ -116,9 +116,16 @@ class EngineConfig:
     # The ``fast`` preset's chunk (latent frames, no I chunks); None: the schedule's own. A smaller
     # chunk means less audio to wait for before its first frame (the chunk wait of the latency).
     fast_chunk: int | None = None
+    # The ``fast`` preset's denoising steps per N chunk; None: ``steps``. Short chunks run the
+    # DiT more often per second of video, so fewer steps keep them real time.
+    fast_steps: int | None = None
+
+    def fast_schedule(self, steps: int) -> tuple[int, int]:
+        """The ``fast`` preset's (chunk, steps) for an engine sampling at ``steps``."""
+        return self.fast_chunk or self.schedule.chunk, self.fast_steps or steps
 
     def __post_init__(self) -> None:
-        for steps in (self.steps, self.interp_steps):
+        for steps in (self.steps, self.interp_steps, self.fast_steps or self.steps):
             if not 1 <= steps <= 8:
                 raise ValueError(f"steps must be in 1..8, got {steps}")
         if self.guidance_steps < 1:
@@ -167,12 +174,12 @@ PUPPET = "puppet"  # the config name that selects the procedural engine instead 
 CONFIGS: dict[str, EngineConfig] = {
     # Guidance off: with the bundled weights it lowers held-out lip sync (r 0.925 at g 1,
     # 0.921 at 1.5, 0.908 at 2.5) and costs one batch-of-two DiT pass per guided chunk.
-    # fast_chunk 2: half the chunk wait of 4. The bundled weights are trained on N chunks of 1-4
-    # latents and a 30 ms lookahead (32.5 ms with the last mel frame's overhang, 92.5 before); held
-    # out, without I chunks, they score lip sync r 0.929 / seams 1.01 / similarity to the reference
-    # 0.999 at chunks of 2, and r 0.923 / 1.15 at chunks of 1, where the face drifts from its
-    # reference (similarity 0.952, PSNR 22.7 dB against 25.3): hence 2.
-    "tiny": EngineConfig(name="tiny", fast_chunk=2, audio=AudioConfig(lookahead_ms=30)),
+    # The fast preset: one latent a chunk (a quarter of the chunk wait of 4) at 2 steps. The bundled
+    # weights are trained on N chunks of 1-4 latents and a 30 ms lookahead (32.5 ms with the last
+    # mel frame's overhang); held out, at chunks of 1 they score lip sync r 0.928 / seams 0.97 /
+    # similarity to the reference 0.998 at 2 steps, r 0.924 / 1.00 at 3 steps, which cost a third
+    # more DiT time a chunk.
+    "tiny": EngineConfig(name="tiny", fast_chunk=1, fast_steps=2, audio=AudioConfig(lookahead_ms=30)),
     "large": EngineConfig(
         name="large",
         vae=VAEConfig(

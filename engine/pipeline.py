@@ -35,6 +35,7 @@ from engine.schedule import ChunkPlan, ChunkSchedule
 from engine.stages.audio_to_video import A2VInput, AudioToVideo
 from engine.stages.context_gen import ChunkContext, ContextGen, ContextRequest
 from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
+from engine.stages.history import HistoryWindow
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
 
@@ -126,8 +127,8 @@ class Pipeline(ConfiguredEngine):
         config = config.with_schedule(interp=interp)
         if dtype is not None:
             config = config.replace(dtype=dtype)
-        if steps is not None:
-            config = config.replace(steps=steps)
+        if steps is not None:  # every preset's
+            config = config.replace(steps=steps, fast_steps=None)
         if guidance is not None:
             config = config.replace(audio_guidance=guidance)
         if deblock is not None:
@@ -163,18 +164,20 @@ class Pipeline(ConfiguredEngine):
 
     def preset(self, name: str) -> Pipeline:
         """The same loaded models scheduled as a quality preset: ``quality`` with I chunks at the
-        config's chunk size, ``fast`` without them at ``fast_chunk`` (less audio to wait for)."""
+        config's chunk size, ``fast`` without them at ``fast_chunk`` and ``fast_steps`` (less audio to
+        wait for, less compute per chunk)."""
         if name == "quality":
             return self.with_interp(True)
         if name != "fast":
             raise KeyError(f"unknown preset {name!r}; choose quality or fast")
-        chunk = self.config.fast_chunk or self.config.schedule.chunk
-        if chunk == self.config.schedule.chunk:
+        chunk, steps = self.config.fast_schedule(self.steps)
+        if (chunk, steps) == (self.config.schedule.chunk, self.steps):
             return self.with_interp(False)
-        return self._sibling(self.config.with_schedule(chunk=chunk, interp=False))
+        return self._sibling(self.config.with_schedule(chunk=chunk, interp=False), steps)
 
-    def _sibling(self, config: EngineConfig) -> Pipeline:
-        pipe = type(self)(config, self.models, self.device, self.steps)  # a subclass's siblings are its own kind
+    def _sibling(self, config: EngineConfig, steps: int | None = None) -> Pipeline:
+        # a subclass's siblings are its own kind
+        pipe = type(self)(config, self.models, self.device, steps or self.steps)
         pipe.weights_loaded = self.weights_loaded
         pipe._bundled = self._bundled  # same models, same reference encodings
         return pipe
@@ -292,7 +295,8 @@ class Pipeline(ConfiguredEngine):
             shifts = [p.span[0] - layout.span[0] for p in plans]
             history = None
             if layout.kind == "N" and key.history:
-                history = KVBlock.stack([s.state.history.shifted(-d) for s, d in zip(sessions, shifts, strict=True)])
+                history = HistoryWindow.stack([s.state.history.shifted(-d)
+                                               for s, d in zip(sessions, shifts, strict=True)])
             anchors = None
             if layout.kind == "I":
                 anchors = torch.stack([s._anchors(p) for s, p in zip(sessions, plans, strict=True)])

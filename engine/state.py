@@ -15,6 +15,7 @@ import torch
 
 from engine.modules.dit import KVBlock
 from engine.modules.vae import DecoderCache, DecoderReference
+from engine.stages.history import HistoryWindow
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Counters:
 class RollingState:
     reference: ReferenceConditioning
     decoder: DecoderCache
-    history: KVBlock | None = None
+    history: HistoryWindow | None = None
     latents: LatentWindow | None = None
     last_frame: torch.Tensor | None = None  # the last published frame, for temporal deblocking
     counters: Counters = field(default_factory=Counters)

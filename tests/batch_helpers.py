@@ -56,10 +56,13 @@ def assert_same_state(a: StreamSession, b: StreamSession) -> None:
     assert a.schedule == b.schedule and a.finished == b.finished
     assert (sa.history is None) == (sb.history is None)
     if sa.history is not None:
-        assert torch.equal(sa.history.frame, sb.history.frame)
-        assert sb.history.k.shape[1] == 1
-        assert_close(sa.history.k, sb.history.k, "history k")
-        assert_close(sa.history.v, sb.history.v, "history v")
+        ka, kb = sa.history.kv, sb.history.kv
+        assert torch.equal(ka.frame, kb.frame)
+        assert kb.k.shape[1] == 1 and sb.history.latents.shape[0] == 1
+        assert_close(ka.k, kb.k, "history k")
+        assert_close(ka.v, kb.v, "history v")
+        assert_close(sa.history.latents, sb.history.latents, "history latents")
+        assert_close(sa.history.audio, sb.history.audio, "history audio")
     assert (sa.latents is None) == (sb.latents is None)
     if sa.latents is not None:
         assert (sa.latents.start, sa.latents.origin) == (sb.latents.start, sb.latents.origin)

@@ -76,9 +76,14 @@ class StepOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # session -> message
 
 
-def presets_of(steps: int, guided: bool) -> dict[str, tuple[Quality, ...]]:
-    """``quality`` walks the whole ladder; ``fast`` has no I chunks to give up."""
-    return {"quality": quality_ladder(steps, True, guided), "fast": quality_ladder(steps, False, guided)}
+def presets_of(pipes: dict, guided: bool) -> dict[str, tuple[Quality, ...]]:
+    """Each preset's ladder from its own steps: ``quality`` walks the whole ladder; ``fast`` has no
+    I chunks to give up."""
+    def steps(name: str) -> int:
+        return max(1, getattr(pipes[name], "steps", 0) or 1)
+
+    return {"quality": quality_ladder(steps("quality"), True, guided),
+            "fast": quality_ladder(steps("fast"), False, guided)}
 
 
 class EngineCore:
@@ -95,8 +100,7 @@ class EngineCore:
         self.max_batch = max_batch
         cfg = pipeline.config
         guided = cfg.audio_guidance != 1.0
-        steps = max(1, getattr(pipeline, "steps", 0) or 1)
-        self.presets = presets_of(steps, guided)
+        self.presets = presets_of(self.pipes, guided)
         if default_preset not in self.presets:
             raise ValueError(f"unknown preset {default_preset!r}")
         self.default_preset = default_preset

@@ -14,6 +14,7 @@ from engine.modules.dit import A2VDiT, AttnContext, KVBlock
 from engine.sampler import noised, sample
 from engine.schedule import ChunkPlan
 from engine.stages.context_gen import ChunkContext
+from engine.stages.history import HistoryWindow
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class A2VInput:
     plan: ChunkPlan
     context: ChunkContext  # B rows
     reference: KVBlock  # B rows
-    history: KVBlock | None = None  # N chunks: K/V of the previous latent frames, B rows
+    history: HistoryWindow | None = None  # N chunks: the previous latent frames, B rows
     anchors: torch.Tensor | None = None  # I chunks: (B, span frames, c, h, w), anchor frames filled
     steps: int | None = None  # denoising steps; None: the stage's for this kind of chunk
 
@@ -33,7 +34,7 @@ class A2VInput:
 @dataclass(frozen=True)
 class A2VOutput:
     latents: torch.Tensor  # (B, generated frames, c, h, w), float32, on the host unless kept on the device
-    history: KVBlock | None  # N chunks: the new history window, B rows on ``plan``'s timeline
+    history: HistoryWindow | None  # N chunks: the new history window, B rows on ``plan``'s timeline
 
 
 class AudioToVideo:
@@ -46,16 +47,20 @@ class AudioToVideo:
         self.keep_on_device = False
 
     def _history_pass(self, x0: torch.Tensor, noise: torch.Tensor, audio: torch.Tensor, s0: int,
-                      reference: KVBlock, history: KVBlock | None) -> KVBlock:
-        """K/V of the chunk's last ``window`` clean frames (at the context noise level), seen
-        with the reference only: exactly how the history is built in training."""
+                      reference: KVBlock, history: HistoryWindow | None) -> HistoryWindow:
+        """The window of the newest ``window`` frames, this chunk's and the history's before it,
+        at the context noise level and seen together with the reference only: exactly how the
+        history is built in training."""
         window, (b, f) = self.config.dit.window, x0.shape[:2]
-        first = max(0, f - window)
-        start = s0 + first
-        t_ctx = torch.full((b, f - first), self.config.context_sigma, device=x0.device)
-        x = noised(x0[:, first:], noise[:, first:], self.config.context_sigma)
-        _, kv = self.dit(x, t_ctx, audio[:, first:], start, self.dit.context(start, reference, None))
-        return KVBlock.concat(history, kv).keep_last_frames(window)
+        x = noised(x0, noise, self.config.context_sigma)
+        if history is not None:
+            x, audio = torch.cat([history.latents, x], 1), torch.cat([history.audio, audio], 1)
+        x, audio = x[:, -window:], audio[:, -window:]
+        n = x.shape[1]
+        start = s0 + f - n
+        t_ctx = torch.full((b, n), self.config.context_sigma, device=x0.device)
+        _, kv = self.dit(x, t_ctx, audio, start, self.dit.context(start, reference, None))
+        return HistoryWindow(kv, x, audio)
 
     def _velocity(self, audio: torch.Tensor, silence: torch.Tensor | None, guided: list[int], s0: int,
                   ctx: AttnContext) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -102,7 +107,7 @@ class AudioToVideo:
             start = torch.where(fixed[..., None, None, None], anchors, noise)
         history = inp.history if plan.kind == "N" else None
         with torch.inference_mode():
-            ctx = self.dit.context(s0, inp.reference, history)
+            ctx = self.dit.context(s0, inp.reference, history.kv if history is not None else None)
             silence = inp.context.silence_tokens
             # I chunks sit between guided anchors and only smooth the seam; a row of pure silence
             # is its own silent prediction, so guiding it would change nothing at twice the cost.

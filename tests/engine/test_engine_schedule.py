@@ -27,6 +27,15 @@ SCHEDULES = [
     ScheduleConfig(chunk=6, seam=1, anchor=2),
     ScheduleConfig(chunk=7, seam=2, anchor=3),
 ]
+# (schedule, interp) pairs: every schedule above with I chunks on and off, and the low-latency
+# schedules of one and two latents a chunk, which have no room for I chunks.
+LAYOUTS = [(cfg, interp) for cfg in SCHEDULES for interp in (True, False)] + [
+    (ScheduleConfig(chunk=c, seam=1, anchor=1, interp=False), False) for c in (1, 2)]
+
+
+def layout_id(layout: tuple[ScheduleConfig, bool]) -> str:
+    cfg, interp = layout
+    return f"C{cfg.chunk}s{cfg.seam}a{cfg.anchor}-{'interp' if interp else 'no-interp'}"
 SPF = 640  # samples per video frame at 16 kHz, 25 fps
 
 
@@ -49,9 +58,9 @@ def test_order_is_n0_n1_i0_n2_i1() -> None:
     assert [p.name for p in off.order(4)] == ["N0", "N1", "N2", "N3"]
 
 
-@pytest.mark.parametrize("cfg", SCHEDULES, ids=lambda c: f"C{c.chunk}s{c.seam}a{c.anchor}")
-@pytest.mark.parametrize("interp", [True, False])
-def test_every_latent_published_once_in_timeline_order(cfg: ScheduleConfig, interp: bool) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_every_latent_published_once_in_timeline_order(layout: tuple[ScheduleConfig, bool]) -> None:
+    cfg, interp = layout
     cfg = ScheduleConfig(cfg.chunk, cfg.seam, cfg.anchor, interp)
     sched = ChunkSchedule(cfg)
     for n in range(1, 9):
@@ -69,11 +78,11 @@ def test_every_latent_published_once_in_timeline_order(cfg: ScheduleConfig, inte
         assert (count == 1).all(), f"n={n}: publish counts {count.tolist()}"
 
 
-@pytest.mark.parametrize("cfg", SCHEDULES, ids=lambda c: f"C{c.chunk}s{c.seam}a{c.anchor}")
-@pytest.mark.parametrize("interp", [True, False])
-def test_publishing_is_final_and_never_late(cfg: ScheduleConfig, interp: bool) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_publishing_is_final_and_never_late(layout: tuple[ScheduleConfig, bool]) -> None:
     """After each chunk, exactly the longest prefix of latents that nothing later will
     regenerate has been published: nothing early (no later chunk rewrites it), nothing late."""
+    cfg, interp = layout
     cfg = ScheduleConfig(cfg.chunk, cfg.seam, cfg.anchor, interp)
     plans = ChunkSchedule(cfg).order(10)  # a stream that goes on past the checked prefix
     published = 0

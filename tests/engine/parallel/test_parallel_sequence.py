@@ -67,7 +67,7 @@ def test_each_rank_holds_its_tokens_of_the_rolling_state(engines) -> None:
     for s in (a, b):
         s.feed(speech_like(1.0, 16000))
         s.step()
-    ha, hb = a.state.history, b.state.history
+    ha, hb = a.state.history.kv, b.state.history.kv
     assert ha.frames() == hb.frames()
     assert ha.k.shape[2] == len(ha.frames()) * share
     # rank 0 holds the first share of every frame's tokens, as one device holds them

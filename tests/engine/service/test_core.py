@@ -157,3 +157,31 @@ def test_an_idle_worker_forgets_the_load_its_last_sessions_ran_under(core):
     core.close("a")
     assert costs.load == 1.0
     assert costs.estimate(("N",), 1) == pytest.approx(0.01)
+
+
+def test_the_fast_preset_runs_at_its_own_steps_with_its_own_ladder(micro_pipe):
+    cfg = micro_pipe.config.replace(fast_chunk=1, fast_steps=1)
+    pipe = type(micro_pipe)(cfg, micro_pipe.models, micro_pipe.device)
+    assert (pipe.preset("quality").steps, pipe.preset("fast").steps) == (2, 1)
+    core = EngineCore(pipe, describe(pipe), clock=FakeClock(), costs=CostModel(prior_s=0.01))
+    assert [q.steps for q in core.presets["quality"]] == [2, 2, 1]
+    assert [q.steps for q in core.presets["fast"]] == [1]  # no step left to give up
+    assert [key[1] for key in core.work_per_period("fast")] == [1]
+    calls = []
+    hook = pipe.models.dit.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        open_fed(core, "a", 2.0, preset="fast")
+        outcome = core.step()
+    finally:
+        hook.remove()
+    assert outcome.batch == ("a",) and outcome.frames["a"]
+    assert len(calls) == 2  # one denoising step, then the history pass
+
+
+def test_steps_asked_for_by_the_caller_hold_for_every_preset(micro_weights):
+    from engine.config import get_config
+    from engine.pipeline import Pipeline
+
+    cfg = get_config("micro").replace(fast_chunk=1, fast_steps=1)
+    pipe = Pipeline.from_config(cfg, steps=3, weights=micro_weights)
+    assert (pipe.preset("quality").steps, pipe.preset("fast").steps) == (3, 3)

@@ -1,0 +1,83 @@
+"""HistoryWindow: the K/V an N chunk attends to are one pass over the whole window, as
+training builds them, at every chunk size; batches stack and split windows row by row."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from conftest import living_models
+
+from engine.config import get_config
+from engine.modules.dit import KVBlock
+from engine.sampler import noised
+from engine.schedule import ChunkSchedule
+from engine.stages.audio_to_video import A2VInput, AudioToVideo
+from engine.stages.context_gen import ContextGen, ContextRequest
+from engine.stages.history import HistoryWindow
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def run_chunks(chunk: int, count: int):
+    cfg = get_config("micro").with_schedule(chunk=chunk, interp=False)
+    models = living_models("micro", seed=3)
+    stage, gen = AudioToVideo(cfg, models.dit), ContextGen(cfg, models.audio)
+    sched = ChunkSchedule(cfg.schedule)
+    ref = models.dit.encode_reference(torch.randn(1, cfg.vae.latent_channels, 2, 2,
+                                                  generator=torch.Generator().manual_seed(1)))
+    rng = np.random.default_rng(0)
+    history, outs = None, []
+    for k in range(count):
+        plan = sched.n_chunk(k)
+        lo, hi = gen.audio_span(plan.span).samples
+        ctx = gen(ContextRequest(plan.span, rng.standard_normal(hi - lo).astype(np.float32) * 0.3, seed=k))
+        out = stage(A2VInput(plan, ctx, ref, history))
+        outs.append((plan, ctx, out))
+        history = out.history
+    return cfg, models, ref, outs
+
+
+def test_one_latent_chunks_keep_the_window_of_one_joint_pass() -> None:
+    cfg, models, ref, outs = run_chunks(chunk=1, count=5)
+    window, sigma = cfg.dit.window, cfg.context_sigma
+    plan, ctx, out = outs[-1]
+    hist = out.history
+    assert hist.frames() == list(range(plan.span[1] - window, plan.span[1]))
+    # the newest latent at the context noise level, with its own audio tokens
+    assert torch.allclose(hist.latents[:, -1], noised(out.latents, ctx.noise, sigma)[:, -1])
+    assert torch.equal(hist.audio[:, -1], ctx.audio_tokens[:, -1])
+    # the window's K/V are exactly one pass over its latents, seen with the reference only ...
+    start = plan.span[1] - window
+    t = torch.full(hist.latents.shape[:2], sigma)
+    with torch.inference_mode():
+        _, joint = models.dit(hist.latents, t, hist.audio, start, models.dit.context(start, ref, None))
+        # ... which is not what passes over one latent at a time leave behind
+        parts = [models.dit(hist.latents[:, i:i + 1], t[:, i:i + 1], hist.audio[:, i:i + 1], start + i,
+                            models.dit.context(start + i, ref, None))[1] for i in range(window)]
+    assert torch.allclose(hist.kv.k, joint.k, atol=1e-5) and torch.allclose(hist.kv.v, joint.v, atol=1e-5)
+    assert window >= 2
+    piecewise = functools.reduce(KVBlock.concat, parts)
+    assert (piecewise.k - joint.k).abs().max() > 1e-3
+
+
+def test_a_chunk_as_long_as_the_window_needs_nothing_older() -> None:
+    cfg, _, _, outs = run_chunks(chunk=get_config("micro").dit.window, count=2)
+    for plan, _, out in outs:
+        assert out.history.frames() == list(range(plan.span[1] - cfg.dit.window, plan.span[1]))
+        assert out.history.latents.shape[1] == cfg.dit.window
+
+
+def test_windows_stack_into_a_batch_and_split_into_owned_rows() -> None:
+    *_, outs = run_chunks(chunk=1, count=4)
+    a, b = outs[-2][2].history, outs[-1][2].history.shifted(-1)
+    assert a.frames() == b.frames()
+    both = HistoryWindow.stack([a, b])
+    assert both.latents.shape[0] == 2 and both.kv.k.shape[1] == 2
+    ra, rb = both.split()
+    for row, want in ((ra, a), (rb, b)):
+        assert torch.equal(row.latents, want.latents) and torch.equal(row.kv.k, want.kv.k)
+        assert row.latents.untyped_storage().data_ptr() != both.latents.untyped_storage().data_ptr()
+        assert row.nbytes() == want.nbytes()
