@@ -4,7 +4,7 @@ Each run launches a new browser with a fresh profile (nothing cached), opens the
 with ``?autostart=1`` and a fake microphone, and reads the page's own timings. The server
 stays up across runs, as a deployed one would.
 
-    python bench/first_frame.py --runs 5 [--threads 2] [--config tiny]
+    python bench/first_frame.py --runs 5 [--threads N] [--config tiny]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project before tests/engi
 from browser_helpers import chromium  # noqa: E402
 from server_helpers import spawned_server  # noqa: E402
 
+from server.config import default_engine_threads  # noqa: E402
+
 
 async def one_run(url: str, folder: Path) -> dict:
     async with chromium(folder) as (_, page):
@@ -38,7 +40,8 @@ async def one_run(url: str, folder: Path) -> dict:
 async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=default_engine_threads(),
+                   help="engine torch threads (default: as avatar serve)")
     p.add_argument("--config", default="tiny")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

@@ -9,7 +9,7 @@ closed. Prints each figure's median and range, and the latency budget: every bur
 split into terms read off the server's latency trace (``GET /v1/sessions/{id}/trace``), all on
 the clock the processes of one machine share.
 
-    python bench/latency.py [--bursts 5] [--config tiny] [--threads 2] [--quality fast]
+    python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from server_helpers import spawned_server, speech_pcm16  # noqa: E402
 
 from engine.avatars import avatar_image  # noqa: E402
 from engine.eval.probe import load_probe, measure_openness  # noqa: E402
+from server.config import default_engine_threads  # noqa: E402
 
 RATE = 16_000
 VIDEO_TICKS = 90_000 // 25  # RTP video clock ticks per frame
@@ -381,7 +382,8 @@ async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bursts", type=int, default=5)
     p.add_argument("--config", default="tiny")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=default_engine_threads(),
+                   help="engine torch threads (default: as avatar serve)")
     p.add_argument("--quality", default="fast", choices=["fast", "quality"])
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

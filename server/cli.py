@@ -22,7 +22,7 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--port", "port", {"type": int, "help": "default 8080"}),
     ("--config", "config", {"help": "engine config name (default tiny)"}),
     ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
-    ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default 2)"}),
+    ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default: all cores but one)"}),
     ("--guidance", "guidance", {"type": float, "help": "audio guidance, 1 = off (default: the config's)"}),
     ("--engine", "engine", {"choices": ["subprocess", "inprocess"],
                             "help": "engine workers in their own processes (default) or a server thread"}),

@@ -13,11 +13,12 @@ from aiortc.jitterbuffer import JitterBuffer
 from server.config import IceServer
 from server.media.sdp import BadOffer, check_offer
 
-__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "hold_audio_packets",
-           "last_rtcp_age", "remote_streams"]
+__all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "dead_rtcp",
+           "hold_audio_packets", "last_rtcp_age", "remote_streams"]
 log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 5.0  # a healthy close takes milliseconds
 JITTER_ATTR = "_RTCRtpReceiver__jitter_buffer"  # aiortc's receiver keeps its jitter buffer here
+RTCP_TASK_ATTR = "_RTCRtpReceiver__rtcp_task"  # and its receiver-report task here
 
 
 def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
@@ -85,14 +86,17 @@ async def close_peer(pc: RTCPeerConnection, timeout_s: float = CLOSE_TIMEOUT_S) 
     aiortc's close raises when a transceiver has no transport (an offer that failed half applied),
     and never returns when a receiver's RTCP task has died: a peer that sends from enough unannounced
     SSRCs grows the receiver report past SRTP's buffer, and close then waits on that task forever.
-    The session must close (and free its slot) either way.
+    The session must close (and free its slot) either way: when a report task is known dead, at once.
     """
-    try:
-        await asyncio.wait_for(pc.close(), timeout_s)
-        return
-    except Exception as exc:
-        log.warning("closing a peer connection failed (%s: %s); stopping its parts one by one",
-                    exc.__class__.__name__, exc)
+    if dead_rtcp(pc):
+        log.warning("a receiver's RTCP task has died; stopping the peer connection's parts one by one")
+    else:
+        try:
+            await asyncio.wait_for(pc.close(), timeout_s)
+            return
+        except Exception as exc:
+            log.warning("closing a peer connection failed (%s: %s); stopping its parts one by one",
+                        exc.__class__.__name__, exc)
     for transceiver in pc.getTransceivers():
         with contextlib.suppress(Exception):
             await asyncio.wait_for(transceiver.sender.stop(), 1.0)
@@ -103,6 +107,15 @@ async def close_peer(pc: RTCPeerConnection, timeout_s: float = CLOSE_TIMEOUT_S) 
             with contextlib.suppress(Exception):
                 await dtls.stop()
                 await dtls.transport.stop()
+
+
+def dead_rtcp(pc: RTCPeerConnection) -> bool:
+    """Whether a receiver's RTCP task ended with an error (``pc.close()`` would then never return)."""
+    for receiver in pc.getReceivers():
+        task = getattr(receiver, RTCP_TASK_ATTR, None)
+        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
+            return True
+    return False
 
 
 def remote_streams(pc: RTCPeerConnection) -> int:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
 from server.api.errors import ApiError
 from server.api.metrics import ServerMetrics
@@ -145,6 +145,7 @@ class AvatarSession:
         )
 
         self.pc: RTCPeerConnection | None = None
+        self._peer_tracks: tuple[MediaStreamTrack, ...] = ()  # the peer's subscriptions to the broadcast
         self._tasks: set[asyncio.Task] = set()
         self._media_starting = False
         self._closing = False
@@ -187,12 +188,12 @@ class AvatarSession:
         self.liveness.offered_at = time.monotonic()
         self.pc = pc = create_peer(self.settings.ice_servers)
         pc.on("track", self._on_track)
-        pc.on("connectionstatechange", self._on_connection_state)
+        pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
         if ingest:
             description = await answer_ingest(pc, offer, self.settings.mic_jitter_packets)
         else:
-            description = await answer(pc, offer, *self.broadcast.subscribe(),
-                                       mic_packets=self.settings.mic_jitter_packets)
+            self._peer_tracks = self.broadcast.subscribe()
+            description = await answer(pc, offer, *self._peer_tracks, mic_packets=self.settings.mic_jitter_packets)
         self._start_media_once()
         return description
 
@@ -283,13 +284,28 @@ class AvatarSession:
         else:  # read and ignored, so aiortc's receive queue stays empty
             self._spawn(consume_microphone(track, self.sample_rate, lambda _: None), "inbound-video")
 
-    async def _on_connection_state(self) -> None:
-        state = self.pc.connectionState if self.pc is not None else "closed"
+    async def _on_connection_state(self, pc: RTCPeerConnection) -> None:
+        if pc is not self.pc:
+            return
+        state = pc.connectionState
         if state == "connected":
             self.liveness.connected()
             self.connected.set()
         elif state in ("failed", "closed") and not self._closing:
-            self._spawn(self.close(f"peer_{state}"), "close")
+            if self.mode == "agent" and self.control_attached:
+                # The agent still drives the session: a page that watched it left, another may come.
+                self._spawn(self._release_peer(pc, f"peer_{state}"), "release-peer")
+            else:
+                self._spawn(self.close(f"peer_{state}"), "close")
+
+    async def _release_peer(self, pc: RTCPeerConnection, reason: str) -> None:
+        """Forget the session's peer (its tracks leave the broadcast); the session waits for the next."""
+        self.pc = None
+        for track in self._peer_tracks:
+            track.stop()
+        self._peer_tracks = ()
+        log.info("session %s: peer left (%s); its agent keeps the session", self.id, reason)
+        await close_peer(pc)
 
     def _video_played(self, out: VideoOut) -> None:
         self.trace.released(time.monotonic(), out)

@@ -3,7 +3,9 @@
 The feed clock knows the timeline sample where each utterance starts and ends; frame ``i``
 covers samples ``[i*spf, (i+1)*spf)``. ``playback.started``/``finished`` fire when the
 playout releases (not when the engine generates) the first/last such frame. Comparisons
-are ``>=`` so that a dropped boundary frame still closes its utterance.
+are ``>=`` so that a dropped boundary frame still closes its utterance; its ``pts`` is then
+the utterance's own last frame, not the later one that closed it (playout that catches up
+after a stall skips frames, and the events still bracket exactly the utterance).
 
 An interrupt ends every utterance at once, at the media sample where the voice is cut
 (the next audio packet to be played): those already playing finish there, interrupted;
@@ -104,8 +106,9 @@ class PlaybackTracker:
                 and span.last_frame is not None
                 and frame_index >= span.last_frame
             ):
+                last_pts = max(span.started_pts, span.last_frame / self._fps)
                 events.append(
-                    PlaybackFinished(utterance_id=span.utterance_id, pts=pts, interrupted=span.interrupted)
+                    PlaybackFinished(utterance_id=span.utterance_id, pts=last_pts, interrupted=span.interrupted)
                 )
                 self._spans.remove(span)
         return events

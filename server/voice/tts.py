@@ -55,7 +55,17 @@ class TTSBackend(Protocol):
 
 
 def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
-    """Sentences (and over-long sentences' clauses) in order; blank pieces dropped."""
+    """Sentences (and over-long sentences' clauses) in order; blank pieces dropped. The first
+    sentence is split again at its first comma: the voice starts once that clause is synthesised
+    (Piper here: 0.07 s for "Hello there," against 0.2 s for "Hello there, I am the avatar."),
+    and a comma is where speech pauses anyway."""
+    pieces = _sentences(text, max_chars)
+    if pieces:
+        pieces[:1] = _CLAUSE_END.split(pieces[0], maxsplit=1)
+    return pieces
+
+
+def _sentences(text: str, max_chars: int) -> list[str]:
     pieces: list[str] = []
     for sentence in _SENTENCE_END.split(text):
         sentence = " ".join(sentence.split())

@@ -25,3 +25,15 @@ def test_non_loopback_bind_needs_an_auth_token():
     with pytest.raises(ValueError, match="auth token"):
         Settings(host="0.0.0.0").check_bind()
     Settings(host="0.0.0.0", auth_token="secret").check_bind()
+
+
+def test_the_engine_leaves_one_core_to_the_web_process_by_default(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    assert Settings().engine_threads == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
+    assert Settings().engine_threads == 15
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {3})
+    assert Settings().engine_threads == 1
+    assert Settings.from_env({"AVATAR_ENGINE_THREADS": "4"}).engine_threads == 4
+    with pytest.raises(ValidationError):
+        Settings(engine_threads=0)

@@ -1,6 +1,6 @@
 """Long-session measurement over WebRTC (``make soak``). ``AVATAR_SOAK_S`` sets the length (default
 120 s), ``AVATAR_SOAK_CONFIG`` the engine config (default tiny; ``micro`` isolates the serving layer
-from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default 2),
+from engine speed), ``AVATAR_SOAK_THREADS`` the engine's torch threads (default as ``avatar serve``),
 ``AVATAR_SOAK_QUALITY`` the preset (quality | fast), ``AVATAR_SOAK_SESSIONS`` how many concurrent
 sessions (default 1), ``AVATAR_SOAK_IMAGE`` a photo to animate (a path; ``astronaut``: scikit-image's
 portrait) instead of the default avatar, ``AVATAR_SOAK_SERVER`` where the server runs:
@@ -50,16 +50,22 @@ from server_helpers import (
     speech_pcm16,
 )
 
+from server.config import default_engine_threads
+
 pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)
 def engine_threads() -> Iterator[None]:
-    """The engine on ``AVATAR_SOAK_THREADS`` torch threads (default 2, as ``avatar serve``)."""
+    """The engine on ``AVATAR_SOAK_THREADS`` torch threads (default as ``avatar serve``)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("AVATAR_SOAK_THREADS", "2")))
+    torch.set_num_threads(soak_threads())
     yield
     torch.set_num_threads(before)
+def soak_threads() -> int:
+    return int(os.environ.get("AVATAR_SOAK_THREADS", str(default_engine_threads())))
+
+
 WARMUP_S = 15.0
 PROCESS = ("process_resident_memory_bytes", "process_open_fds", "avatar_server_threads", "avatar_server_tasks")
 
@@ -68,7 +74,7 @@ def server_under_test(config: str, monkeypatch, sessions: int):
     loopback_only(monkeypatch)  # this process's side; a spawned server restricts its own
     if os.environ.get("AVATAR_SOAK_SERVER", "process") == "inprocess":
         return running_server(make_settings(max_sessions=sessions), config=config)
-    return spawned_server(config, threads=int(os.environ.get("AVATAR_SOAK_THREADS", "2")), max_sessions=sessions)
+    return spawned_server(config, threads=soak_threads(), max_sessions=sessions)
 
 
 def soak_image() -> dict:

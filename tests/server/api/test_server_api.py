@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 import websockets
-from server_helpers import make_settings, running_server, wait_until
+from server_helpers import connect_client, loopback_only, make_settings, running_server, wait_until
 
 from server.cli import main as cli_main
 
@@ -335,3 +335,28 @@ async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs(as
         await assert_healthy(srv, 1)
     async with running_server(make_settings(), config="puppet") as srv:
         assert_error(await srv.http.post("/v1/sessions", json={"image": wall}), 400, "bad_image")
+
+
+async def test_an_agent_session_outlives_a_peer_that_leaves_and_takes_the_next(monkeypatch):
+    """A page watching an agent's session through ``/offer`` may leave: the agent, still on its
+    control socket, keeps the session, and a later peer is answered and gets its frames; once
+    the socket closes too, the session is reaped like any session without a peer."""
+    loopback_only(monkeypatch)
+    async with running_server(make_settings(offer_timeout_s=0.5), config="puppet") as srv:
+        created = await create(srv, mode="agent")
+        sid = created["session_id"]
+        ws = await control(srv, created)
+        session = srv.manager.sessions[sid]
+        for _ in range(2):
+            pc = await connect_client(srv, created, None)
+            video = next(r.track for r in pc.getReceivers() if r.track.kind == "video")
+            frame = await asyncio.wait_for(video.recv(), 20)
+            assert frame.width > 0
+            peer = session.pc
+            await pc.close()
+            assert await wait_until(lambda: session.pc is None, 10)
+            assert sid in srv.manager.sessions and not session.closing
+            assert peer.connectionState == "closed"
+        assert srv.manager.sessions[sid].broadcast.video.subscribers == 0  # the peers' tracks left the broadcast
+        await ws.close()
+        assert await wait_until(lambda: sid not in srv.manager.sessions, 5)

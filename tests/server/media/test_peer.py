@@ -1,5 +1,5 @@
-"""The session peer's microphone path: aiortc's audio receive buffer held to what the settings say,
-and what that saves, measured on real aiortc peers over loopback."""
+"""The session peer: aiortc's audio receive buffer held to what the settings say (and what that saves),
+and a bounded close, measured on real aiortc peers over loopback."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
-from server_helpers import loopback_only
+from aiortc.rtp import RtpPacket
+from server_helpers import SpeechTrack, loopback_only, speech_pcm16, wait_until
 
-from server.media.peer import JITTER_ATTR, answer_ingest, close_peer, create_peer
+from server.media.peer import CLOSE_TIMEOUT_S, JITTER_ATTR, answer_ingest, close_peer, create_peer, dead_rtcp
 
 RATE, PACKET = 48_000, 960
 
@@ -93,3 +94,29 @@ async def test_a_shallow_receive_buffer_hands_the_microphone_over_sooner(monkeyp
     assert aiortc_default - shallow > 0.035, (shallow, aiortc_default)
     print(f"microphone packet to server: {1000 * shallow:.0f} ms holding 1 packet, "
           f"{1000 * aiortc_default:.0f} ms holding 4")
+
+
+async def test_a_peer_whose_rtcp_task_died_closes_at_once(monkeypatch) -> None:
+    """A client sending from a hundred SSRCs grows the server's receiver report past SRTP's buffer:
+    that report task dies, and ``pc.close()`` would wait for it forever."""
+    loopback_only(monkeypatch)
+    server, client = create_peer([]), RTCPeerConnection()
+    client.addTrack(SpeechTrack(speech_pcm16(), loop=True))
+    await client.setLocalDescription(await client.createOffer())
+    answer = await answer_ingest(server, client.localDescription, 1)
+    await client.setRemoteDescription(RTCSessionDescription(sdp=answer.sdp, type="answer"))
+    assert await wait_until(lambda: server.connectionState == "connected", 10)
+    assert not dead_rtcp(server)
+    dtls = client.getTransceivers()[0].sender.transport
+    pt = int(next(line.split()[0].split(":")[1] for line in answer.sdp.splitlines()
+                  if line.startswith("a=rtpmap:") and "opus" in line.lower()))
+    for i in range(100):
+        await dtls._send_rtp(RtpPacket(payload_type=pt, sequence_number=1, ssrc=0xBAD00000 + i,
+                                       payload=bytes(20)).serialize())
+    assert await wait_until(lambda: dead_rtcp(server), 10), "the receiver report task survived"
+    t0 = time.monotonic()
+    await close_peer(server)
+    took = time.monotonic() - t0
+    assert took < CLOSE_TIMEOUT_S / 2, took
+    assert server.getTransceivers()[0].receiver.transport.state == "closed"
+    await client.close()

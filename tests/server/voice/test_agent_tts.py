@@ -29,6 +29,9 @@ def test_text_is_split_into_sentences_and_long_ones_into_clauses():
         "Hello there.", "I am a talking avatar!", "Do you hear me?", "This is the fourth sentence, and the last one."]
     assert tts.split_sentences("One line\n\nanother   line") == ["One line", "another line"]
     assert tts.split_sentences("  \n\t ") == []
+    # the first sentence's first clause goes alone, so the voice starts sooner
+    assert tts.split_sentences("Hello there, I am the avatar. Yes, really.") == [
+        "Hello there,", "I am the avatar.", "Yes, really."]
     long = ", ".join(f"clause number {i}" for i in range(40)) + "."
     pieces = tts.split_sentences(long)
     assert len(pieces) > 3 and all(len(p) <= tts.MAX_SENTENCE_CHARS for p in pieces)

@@ -18,8 +18,9 @@ def test_playback_events_fire_when_frames_play_not_when_fed():
     (started,) = t.on_played(10)
     assert isinstance(started, PlaybackStarted) and started.pts == pytest.approx(0.4)
     assert t.on_played(13) == []
-    (finished,) = t.on_played(15)  # frame 14 was dropped: the next one still closes it
+    (finished,) = t.on_played(17)  # frames 14..16 were dropped: the next one still closes it
     assert isinstance(finished, PlaybackFinished) and not finished.interrupted
+    assert finished.pts == pytest.approx(14 / FPS)  # at the utterance's own last frame
     assert t.active == 0
 
 
