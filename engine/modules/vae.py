@@ -8,6 +8,7 @@ sequence at once.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,9 +79,10 @@ class DecoderReference:
 
     low: torch.Tensor
     high: torch.Tensor
+    image: torch.Tensor  # (B, 3, H, W) in [-1, 1]: the pixels the decoder warps
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.low, self.high))
+        return sum(t.numel() * t.element_size() for t in (self.low, self.high, self.image))
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,9 @@ class DecoderCache:
         if any(c.started != first.started for c in caches):
             raise ValueError("a started and a fresh decoder cache cannot share a batch")
         prev = tuple(torch.cat(rows) for rows in zip(*(c.prev for c in caches), strict=True))
-        low = torch.cat([c.reference.low for c in caches])
-        high = torch.cat([c.reference.high for c in caches])
-        return DecoderCache(prev, first.started, DecoderReference(low, high))
+        ref = DecoderReference(*(torch.cat([getattr(c.reference, f) for c in caches])
+                                 for f in ("low", "high", "image")))
+        return DecoderCache(prev, first.started, ref)
 
     def split(self, references: Sequence[DecoderReference]) -> list[DecoderCache]:
         """One cache per row, each with its session's own ``references`` entry instead of a
@@ -120,6 +122,9 @@ class DecoderCache:
         rows = zip(*(p.split(1) for p in self.prev), strict=True)
         return [DecoderCache(tuple(t.clone() for t in row), self.started, ref)
                 for row, ref in zip(rows, references, strict=True)]
+
+
+WARP_MASK_START = -3.0  # a fresh warp head's mask logit: the frame starts as the decoder's own drawing
 
 
 def latent_count(num_frames: int, temporal_down: int) -> int:
@@ -212,7 +217,12 @@ class VAEDecoder(Module):
     """Streaming causal decoder: ``frames, cache = decoder.step(latents, cache)``.
 
     It also sees the session's reference image (through ``init_cache``), so identity
-    detail comes from the reference in every frame and cannot drift.
+    detail comes from the reference in every frame and cannot drift. And it warps that
+    image: at its last resolution it predicts a flow and a mask, and each output pixel is
+    the reference's own pixel moved by the flow where the mask says so, a generated one
+    elsewhere (the opened mouth, closed eyes). What moves rigidly with the head (hair, eyes,
+    skin, background) keeps the reference's sharpness instead of passing through a latent
+    of 16x16 for 4 frames.
     """
 
     kind = "vae_decoder"
@@ -239,7 +249,31 @@ class VAEDecoder(Module):
         self.ref_low = nn.Conv2d(ch[-1], ch[0], 1)
         self.mix_low = nn.Conv2d(2 * ch[0], ch[0], 1)
         self.mix_high = nn.Conv2d(2 * ch[-1], ch[-1], 3, padding=1)
+        self.warp = nn.Sequential(nn.Conv2d(ch[-1], ch[-1], 3, padding=1), nn.SiLU(),
+                                  nn.Conv2d(ch[-1], 3, 3, padding=1))  # flow x, y (pixels), mask logit
+        nn.init.zeros_(self.warp[2].weight)
+        with torch.no_grad():
+            self.warp[2].bias.copy_(torch.tensor([0.0, 0.0, WARP_MASK_START]))
+        # 1: frames mix in the warped reference; 0: the decoder draws every pixel (checkpoints
+        # from before the warp load with 0 and decode as they did). Saved as a buffer, read as
+        # ``warps``, so a decode on a GPU never waits to read it back.
+        self.register_buffer("warp_on", torch.ones(()))
+        self.warps = True
         add_latent_stats(self, v.latent_channels)
+        self._register_load_state_dict_pre_hook(self._checkpoint_without_warp)
+        self.register_load_state_dict_post_hook(lambda module, _: module.set_warp(bool(module.warp_on)))
+
+    def set_warp(self, on: bool) -> None:
+        """Mix the warped reference into the frames (``on``), or draw every pixel."""
+        self.warp_on.fill_(float(on))
+        self.warps = on
+
+    def _checkpoint_without_warp(self, state: dict[str, torch.Tensor], prefix: str, *_: object) -> None:
+        if prefix + "warp_on" in state:
+            return
+        state[prefix + "warp_on"] = torch.zeros(())
+        for key, value in self.warp.state_dict().items():
+            state.setdefault(f"{prefix}warp.{key}", value.detach().clone())
 
     def reference(self, image: torch.Tensor) -> DecoderReference:
         """(B, 3, H, W) in [-1, 1] -> the reference features ``step`` mixes into every frame."""
@@ -247,7 +281,8 @@ class VAEDecoder(Module):
             raise ValueError("the decoder's last up-sampling factor must be a power of two")
         high = self.ref_high(image.to(self.device, self.dtype))
         low = self.ref_low(F.avg_pool2d(high, self.config.vae.spatial_down // self.ps))
-        return DecoderReference(low=_reference_half(self.mix_low, low), high=_reference_half(self.mix_high, high))
+        return DecoderReference(low=_reference_half(self.mix_low, low), high=_reference_half(self.mix_high, high),
+                                image=image.to(self.device, self.dtype))
 
     def init_cache(self, reference: DecoderReference) -> DecoderCache:
         b, _, h, w = reference.low.shape
@@ -273,13 +308,13 @@ class VAEDecoder(Module):
         # On a CPU the full-resolution layers are bound by memory traffic: a batch of sessions
         # goes through them one session at a time, so the activations stay cache-sized.
         rows = 1 if x.device.type == "cpu" else b
-        frames = [self._full_resolution(part, high) for part, high in zip(x.split(rows), ref.high.split(rows),
-                                                                          strict=True)]
+        frames = [self._full_resolution(part, high, image) for part, high, image
+                  in zip(x.split(rows), ref.high.split(rows), ref.image.split(rows), strict=True)]
         return torch.cat(frames), DecoderCache(prev=(p1, p2), started=True, reference=ref)
 
-    def _full_resolution(self, x: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    def _full_resolution(self, x: torch.Tensor, high: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
         """Per-frame up-sampling (b, n, C, h, w) -> (b, n, 3, H, W), with the reference's
-        ``high`` features (b, ...) mixed in at the last resolution."""
+        ``high`` features (b, ...) mixed in at the last resolution and its ``image`` warped in."""
         b, n, _, h, w = x.shape
         y = x.reshape(b * n, -1, h, w).contiguous(memory_format=torch.channels_last)  # faster CPU up-sampling
         y = F.silu(y)
@@ -287,8 +322,33 @@ class VAEDecoder(Module):
             y = F.silu(gn(conv(F.interpolate(y, scale_factor=2, mode="nearest"))))
         mixed = _frame_half(self.mix_high, y).reshape(b, n, *y.shape[1:]) + high[:, None]
         y = y + F.silu(mixed.reshape(y.shape))
-        y = F.pixel_shuffle(self.out(y).contiguous(), self.ps).clamp(-1, 1)
-        return y.reshape(b, n, *y.shape[1:])
+        drawn = F.pixel_shuffle(self.out(y).contiguous(), self.ps)
+        if self.warps:
+            drawn = self._warped_in(drawn, self.warp(y), image, n)
+        drawn = drawn.clamp(-1, 1)
+        return drawn.reshape(b, n, *drawn.shape[1:])
+
+    def _warped_in(self, drawn: torch.Tensor, head: torch.Tensor, image: torch.Tensor, n: int) -> torch.Tensor:
+        """drawn (b*n, 3, H, W), the warp head's flow (pixels) and mask logit at the last
+        resolution (b*n, 3, H/ps, W/ps), the reference image (b, 3, H, W) -> the mixed frames."""
+        size = drawn.shape[-2:]
+        head = F.interpolate(head.float(), size=size, mode="bilinear", align_corners=False)
+        flow, mask = head[:, :2], torch.sigmoid(head[:, 2:])
+        scale = torch.tensor([2.0 / size[1], 2.0 / size[0]], device=flow.device)
+        grid = _identity_grid(*size, flow.device) + flow.permute(0, 2, 3, 1) * scale
+        source = image.float().repeat_interleave(n, dim=0)
+        warped = F.grid_sample(source, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        return torch.lerp(drawn.float(), warped, mask).to(drawn.dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def _identity_grid(height: int, width: int, device: torch.device) -> torch.Tensor:
+    """(1, H, W, 2) sampling grid of ``grid_sample`` (x, y in [-1, 1], pixel centres) that moves
+    nothing; made once per size, as an ordinary tensor so that training may use it too."""
+    with torch.inference_mode(False):
+        ys = (torch.arange(height, device=device, dtype=torch.float32) + 0.5) * (2.0 / height) - 1
+        xs = (torch.arange(width, device=device, dtype=torch.float32) + 0.5) * (2.0 / width) - 1
+        return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1)[None]
 
 
 def _frame_half(mix: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:

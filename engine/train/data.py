@@ -51,11 +51,24 @@ def reference_tensor(identity: Identity, size: int) -> torch.Tensor:
     return to_tensor(reference_image(identity, size)[None])
 
 
+EYES = (0.32, 0.50, 0.28, 0.72)  # top, bottom, left, right: where the eyes and brows move (gaze, blinks)
+
+
+def eyes_weight(height: int, width: int, extra: float) -> torch.Tensor:
+    """(height, width): ``extra`` over the eyes' region, 0 elsewhere (added to a weight map)."""
+    return _box(torch.zeros(height, width), EYES, extra)
+
+
+def _box(w: torch.Tensor, box: tuple[float, float, float, float], extra: float) -> torch.Tensor:
+    """``w`` (height, width) with ``extra`` added over ``box`` (top, bottom, left, right, as fractions)."""
+    height, width = w.shape
+    t, b, left, r = box
+    w[int(t * height):math.ceil(b * height), int(left * width):math.ceil(r * width)] += extra
+    return w
+
+
 def mouth_weight(height: int, width: int, extra: float) -> torch.Tensor:
     """(height, width) loss weight: 1, plus ``extra`` over the mouth region the lip-sync probe
     reads (``engine.eval.probe.CROP``), on any grid (pixels, latent tokens). Lip sync lives in
     a few percent of the frame, which a uniform loss would drown out."""
-    t, b, left, r = CROP
-    w = torch.ones(height, width)
-    w[int(t * height):math.ceil(b * height), int(left * width):math.ceil(r * width)] += extra
-    return w
+    return _box(torch.ones(height, width), CROP, extra)

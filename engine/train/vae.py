@@ -76,6 +76,7 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
     params = list(encoder.parameters()) + list(decoder.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    decoder.set_warp(False)  # the reference warp is learnt later, by its own stage (engine.train.warp)
     encoder.train()
     decoder.train()
     losses = []

@@ -189,3 +189,60 @@ def test_latent_time_layout() -> None:
         for n in range(0, 40):
             need = latent_count(n, td)
             assert need == (0 if n == 0 else min(g for g in range(1, 50) if 1 + td * (g - 1) >= n))
+
+
+def set_warp(dec: VAEDecoder, dx: float, dy: float, mask_logit: float) -> None:
+    """A warp head that moves every pixel by (dx, dy) and opens its mask to ``mask_logit``."""
+    with torch.no_grad():
+        dec.warp[2].weight.zero_()
+        dec.warp[2].bias.copy_(torch.tensor([dx, dy, mask_logit]))
+
+
+def test_the_warp_brings_the_reference_pixels_moved_by_the_flow() -> None:
+    dec = decoder("micro", seed=3)
+    v = dec.config.vae
+    image = torch.rand(1, 3, v.height, v.width, generator=torch.Generator().manual_seed(9)) * 2 - 1
+    z = latents(dec, 3, seed=4)
+    with torch.inference_mode():
+        ref = dec.reference(image)
+        set_warp(dec, 2.0, -1.0, 40.0)
+        moved, _ = dec.step(z, dec.init_cache(ref))
+        set_warp(dec, 0.0, 0.0, -40.0)
+        shut, _ = dec.step(z, dec.init_cache(ref))
+        dec.set_warp(False)
+        drawn, _ = dec.step(z, dec.init_cache(ref))
+    # output pixel (y, x) is the reference's (y - 1, x + 2), in every frame
+    expected = image[0, :, :-1, 2:]
+    assert (moved[0, :, :, 1:, :-2] - expected).abs().max() < 1e-5
+    assert (moved[0, :, :, :, :-2] - image[0, :, :, 2:]).abs().max() > 0.1  # not just the reference in place
+    assert (shut - drawn).abs().max() < 1e-5  # a closed mask leaves the decoder's own drawing
+    assert (drawn - moved).abs().max() > 0.1
+
+
+def test_a_decoder_checkpoint_from_before_the_warp_loads_with_it_off(tmp_path) -> None:
+    dec = decoder("micro", seed=2)
+    state = {k: t for k, t in dec.state_dict().items() if not k.startswith("warp")}
+    old = VAEDecoder(get_config("micro")).eval()
+    old.load_state_dict(state)
+    assert old.warp_on.item() == 0.0 and not old.warps
+    z = latents(dec, 3, seed=6)
+    with torch.inference_mode():
+        ref = reference(dec)
+        a, _ = old.step(z, old.init_cache(ref))
+        dec.set_warp(False)
+        b, _ = dec.step(z, dec.init_cache(ref))
+    assert torch.equal(a, b)
+
+
+def test_stacked_caches_keep_each_sessions_reference_image() -> None:
+    dec = decoder("micro", seed=1)
+    refs = [reference(dec, seed=s) for s in (1, 2)]
+    caches = [dec.init_cache(r) for r in refs]
+    z = latents(dec, 2, seed=3)
+    with torch.inference_mode():
+        alone = [dec.step(z, c)[0] for c in caches]
+        both, cache = dec.step(torch.cat([z, z]), DecoderCache.stack(caches))
+    assert torch.equal(cache.reference.image, torch.cat([r.image for r in refs]))
+    for row, frames in enumerate(alone):
+        assert (both[row] - frames[0]).abs().max() < 1e-5
+    assert all(c.reference is r for c, r in zip(cache.split(refs), refs, strict=True))

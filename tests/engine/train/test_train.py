@@ -16,11 +16,13 @@ from engine.config import get_config
 from engine.eval.probe import CROP
 from engine.models import ModelSet
 from engine.pipeline import Pipeline
-from engine.train.data import make_clip, mouth_weight, reference_tensor, to_tensor
+from engine.puppet import FaceState, render
+from engine.train.data import EYES, eyes_weight, make_clip, mouth_weight, reference_tensor, to_tensor
 from engine.train.dit import flow_loss, sample_batch
 from engine.train.latents import build_latent_set
 from engine.train.sr import sr_loss
 from engine.train.vae import crop_box, vae_loss
+from engine.train.warp import decoder_inputs, warp_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MICRO = get_config("micro")
@@ -84,6 +86,40 @@ def test_one_vae_step_lowers_its_loss(clips: list) -> None:
     assert after < before, (before, after)
 
 
+def test_one_warp_step_lowers_its_loss(clips: list) -> None:
+    """From the encoder's latents, and from latents rebuilt through super-resolution."""
+    models = ModelSet.build(MICRO, 0)
+    size = MICRO.vae.height
+    video = to_tensor(clips[0].frames(0, 9, size))[None].expand(2, -1, -1, -1, -1)
+    ref = reference_tensor(clips[0].identity, size).expand(2, -1, -1, -1)
+    weight = (mouth_weight(size, size, 3.0) + eyes_weight(size, size, 2.0))[None, None, None]
+    z = decoder_inputs(models.encoder, models.sr, video, ref, torch.tensor([False, True]), 0.05,
+                       torch.Generator().manual_seed(1))
+    assert z.shape[:2] == (2, 3) and not torch.equal(z[0], z[1])  # the second row went through SR
+
+    def loss():
+        return warp_loss(models.decoder, z, video, ref, weight)[0]
+
+    before, after = one_step_lowers(loss, list(models.decoder.parameters()))
+    assert after < before, (before, after)
+
+
+def test_the_eyes_region_holds_what_blinks_and_gaze_change() -> None:
+    size = 128
+    t, b, left, r = EYES
+    weight = eyes_weight(size, size, 2.0)
+    assert weight.max() == 2.0 and weight.min() == 0.0
+    for seed in range(4):
+        identity = make_clip(MICRO, seed, seconds=1.0).identity
+        still = render(identity, FaceState(), size).astype(np.int16)
+        for state in (FaceState(blink=1.0), FaceState(gaze_x=1.0), FaceState(gaze_x=-1.0, gaze_y=1.0)):
+            changed = np.abs(render(identity, state, size).astype(np.int16) - still).max(axis=-1) > 8
+            ys, xs = np.nonzero(changed)
+            assert len(ys) > 0, state
+            assert ys.min() >= t * size and ys.max() < b * size, (seed, state, ys.min(), ys.max())
+            assert xs.min() >= left * size and xs.max() < r * size, (seed, state, xs.min(), xs.max())
+
+
 def test_mouth_crops_always_hold_the_whole_mouth_region() -> None:
     rng = np.random.default_rng(0)
     t, b, left, r = (f * 256 for f in CROP)
@@ -128,7 +164,8 @@ def test_one_sr_step_lowers_its_loss(clips: list) -> None:
 
 def train(out: Path) -> None:
     args = ["train", "--config", "micro", "--out", str(out), "--clips", "2", "--vae-steps", "3",
-            "--dit-steps", "3", "--sr-steps", "3", "--reader-steps", "3", "--reader-identities", "3", "--threads", "1",
+            "--dit-steps", "3", "--sr-steps", "3", "--warp-steps", "3", "--reader-steps", "3",
+            "--reader-identities", "3", "--threads", "1",
             "--seed", "5"]
     assert avatar(args) == 0
 
@@ -143,7 +180,7 @@ def test_avatar_train_writes_reproducible_loadable_checkpoints(tmp_path: Path) -
         assert a.keys() == b.keys()
         assert all(torch.equal(a[k], b[k]) for k in a), f"{name} differs between two runs with one seed"
     card = json.loads((tmp_path / "a" / "micro" / "model_card.json").read_text())
-    assert set(card["stages"]) == {"vae", "latents", "dit", "sr", "reader"}
+    assert set(card["stages"]) == {"vae", "latents", "dit", "sr", "reader"}  # warp is asked for by name
     assert card["stages"]["dit"]["steps"] == 3 and card["stages"]["vae"]["final_l1"] > 0
     fresh = Pipeline.from_config("micro")
     trained = Pipeline.from_config("micro", weights=tmp_path / "a" / "micro")
@@ -155,13 +192,20 @@ def test_avatar_train_writes_reproducible_loadable_checkpoints(tmp_path: Path) -
     assert len(frames) == 25 and frames[0].rgb.shape == (32, 32, 3)
     # Training continued on the same folder: the card keeps the earlier run and sums the time.
     assert avatar(["train", "--config", "micro", "--out", str(tmp_path / "a" / "micro"), "--clips", "2",
-                   "--stages", "vae,dit", "--vae-steps", "2", "--dit-steps", "2", "--threads", "1"]) == 0
+                   "--stages", "vae,dit,warp", "--vae-steps", "2", "--dit-steps", "2", "--warp-steps", "2",
+                   "--warp-crop", "16", "--threads", "1"]) == 0
     again = json.loads((tmp_path / "a" / "micro" / "model_card.json").read_text())
     for stage in ("vae", "dit"):
         entry = again["stages"][stage]
         assert entry["steps"] == 2 and entry["continued_from"] == card["stages"][stage]
         assert entry["seconds"] >= card["stages"][stage]["seconds"]
     assert again["stages"]["sr"] == card["stages"]["sr"]
+    # the decoder learnt to warp its reference: the saved one mixes the warped reference in
+    assert again["stages"]["warp"]["steps"] == 2 and again["stages"]["warp"]["crop"] == 16
+    assert "continued_from" not in again["stages"]["warp"]
+    warped = load_file(tmp_path / "a" / "micro" / "decoder.safetensors")
+    assert warped["warp_on"].item() == 1.0 and loaded["warp_on"].item() == 0.0
+    assert not torch.equal(warped["warp.2.weight"], loaded["warp.2.weight"])
 
 
 @pytest.mark.parametrize("lookahead_ms", [None, 20, 0])
