@@ -21,6 +21,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--clips", type=int, default=4, help="held-out clips for lip sync, seams, PSNR/SSIM")
     p.add_argument("--json", default=None, help="write the full result as JSON")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
+    p.add_argument("--long-preset", default="fast", choices=["fast", "quality"],
+                   help="the preset the long run streams through (default fast, what sessions get)")
     p.add_argument("--guidance", type=float, default=None,
                    help="audio guidance against silence, 1 = off (default: the config's)")
     p.add_argument("--no-deblock", action="store_true",
@@ -58,9 +60,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     pipe = _pipeline(args)
     result = evaluate(pipe, clips=args.clips, long_minutes=args.minutes, seed=args.seed, progress=not args.quiet,
-                      sheet=Path(args.frames) if args.frames else None)
+                      sheet=Path(args.frames) if args.frames else None, long_preset=args.long_preset)
     command = (f"avatar eval --config {args.config} --clips {args.clips} --minutes {args.minutes:g} "
-               f"--seed {args.seed} --threads {args.threads} --device {args.device}"
+               + (f"--long-preset {args.long_preset} " if args.minutes > 0 else "")
+               + f"--seed {args.seed} --threads {args.threads} --device {args.device}"
                + (f" --steps {args.steps}" if args.steps else "")
                + (f" --guidance {args.guidance:g}" if args.guidance is not None else "")
                + (" --no-deblock" if args.no_deblock else ""))

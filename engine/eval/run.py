@@ -33,6 +33,11 @@ from engine.pipeline import Pipeline
 from engine.puppet import Identity, face_track_from_audio, openness_series, reference_image, render_video
 from engine.puppet.engine import PuppetPipeline
 
+# The same speech rendered again with another seed for its blinks and idle head motion: how far
+# apart two equally right videos of one clip score (what no generated video can beat on average,
+# since that motion is not in the audio).
+OTHER_TAKE = 7919
+
 # Pipelines scored on the clips: I chunks on and off at the schedule's chunk, and the fast preset
 # (its own chunk, no I chunks) where that differs.
 LABELS = ("interp", "no_interp", "fast")
@@ -123,15 +128,20 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
     probe_pairs: list[tuple[np.ndarray, np.ndarray]] = []
     learned = isinstance(first, Pipeline)
     ceiling_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"autoencoder": [], "through_sr": []}
+    ceiling_scores: dict[str, list[dict[str, float]]] = {key: [] for key in ceiling_pairs}
+    other_take: list[dict[str, float]] = []
     for k, clip in enumerate(clips):
         states = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed)
         truth = square_crop(render_video(clip.identity, states, size), h, w)
         gt_open = np.array([s.openness for s in states], dtype=np.float32)
         reference = reference_image(clip.identity, size)
         probe_pairs.append((measure_openness(truth, reference), gt_open))
+        other = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed + OTHER_TAKE)
+        other_take.append(sharpness(square_crop(render_video(clip.identity, other, size), h, w), truth))
         if learned:
-            for pairs_k, rebuilt in zip(ceiling_pairs.values(), first.reconstruct(truth, reference), strict=True):
-                pairs_k.append((measure_openness(rebuilt, reference), gt_open[: len(rebuilt)]))
+            for key, rebuilt in zip(ceiling_pairs, first.reconstruct(truth, reference), strict=True):
+                ceiling_pairs[key].append((measure_openness(rebuilt, reference), gt_open[: len(rebuilt)]))
+                ceiling_scores[key].append(sharpness(rebuilt, truth))
         for label, pipe in pipelines.items():
             gen = generate(pipe, clip, reference, seed + k)
             if sheet is not None and k == 0 and label == next(iter(pipelines)):
@@ -151,12 +161,24 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         for key in ("seam_ratio", "psnr", "ssim", "appearance", "real_time_factor"):
             res[key] = _mean([c[key] for c in clips_out])
     results["probe_on_ground_truth"] = pooled_lip_sync(probe_pairs)
+    results["other_take"] = mean_sharpness(other_take)
     if learned:
         results["ceiling"] = {
-            key: {**pooled_lip_sync(p), "clips_r": [metrics.pearson(m, t) for m, t in p]}
+            key: {**pooled_lip_sync(p), "clips_r": [metrics.pearson(m, t) for m, t in p],
+                  **mean_sharpness(ceiling_scores[key])}
             for key, p in ceiling_pairs.items()
         }
     return results
+
+
+def sharpness(frames: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """PSNR and SSIM of ``frames`` against the first ``len(frames)`` of ``truth``."""
+    truth = truth[: len(frames)]
+    return {"psnr": metrics.psnr(frames, truth), "ssim": metrics.ssim(frames, truth)}
+
+
+def mean_sharpness(scores: list[dict[str, float]]) -> dict[str, float | None]:
+    return {key: _mean([s[key] for s in scores]) for key in ("psnr", "ssim")}
 
 
 def long_audio(minutes: float, sample_rate: int, fps: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -256,12 +278,13 @@ def evaluate_long(pipeline: Pipeline | PuppetPipeline, clip: Clip, minutes: floa
 
 def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
              no_interp: Pipeline | PuppetPipeline | None = None, progress: bool = True,
-             sheet: Path | None = None) -> dict[str, Any]:
+             sheet: Path | None = None, long_preset: str = "fast") -> dict[str, Any]:
     """All of issue 4's evaluation for one pipeline, as a JSON-able dict (see ``format_table``).
 
     ``no_interp`` defaults to the same models with I chunks switched off; a pipeline without
     I chunks (the puppet's config has none) is scored once, as ``no_interp``.
-    ``long_minutes=0`` skips the long run.
+    ``long_minutes=0`` skips the long run, which streams through ``long_preset`` (by default the
+    one sessions get).
     """
     log = print if progress else (lambda _: None)
     pipes: dict[str, Pipeline | PuppetPipeline]
@@ -269,8 +292,8 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         pipes = {"interp": pipeline, "no_interp": no_interp or pipeline.with_interp(False)}
     else:
         pipes = {"no_interp": pipeline}
-    fast_chunk = pipeline.config.fast_chunk
-    if fast_chunk is not None and fast_chunk != pipeline.config.schedule.chunk:
+    cfg = pipeline.config
+    if cfg.fast_schedule(pipeline.steps) != (cfg.schedule.chunk, pipeline.steps):
         pipes["fast"] = pipeline.preset("fast")  # the low-latency schedule sessions get by default
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
     log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")
@@ -285,11 +308,15 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         "seed": seed,
         "thresholds": THRESHOLDS,
     }
+    if "fast" in pipes:
+        result["fast_preset"] = {"chunk": pipes["fast"].config.schedule.chunk, "steps": pipes["fast"].steps}
     result.update(evaluate_clips(pipes, test_clips, seed, log, sheet))
     if long_minutes > 0:
         long_clip = make_clip(clips, pipeline.sample_rate, seed)
-        log(f"eval: long run, {long_minutes:g} min through one session")
-        result["long"] = evaluate_long(pipeline, long_clip, long_minutes, seed, progress)
+        long_pipe = pipeline.preset(long_preset)
+        log(f"eval: long run, {long_minutes:g} min through one {long_preset} session")
+        result["long"] = {**evaluate_long(long_pipe, long_clip, long_minutes, seed, progress), "preset": long_preset,
+                          "chunk": long_pipe.config.schedule.chunk, "steps": long_pipe.steps}
     result["passes"] = verdicts(result)
     return jsonable(result)
 
@@ -318,9 +345,10 @@ def card_entry(result: dict[str, Any]) -> dict[str, Any]:
         label: {k: result[label][k] for k in keys} for label in LABELS if label in result
     }
     entry["clips"] = len(next(v for k, v in result.items() if k in LABELS)["clips"])
-    entry["settings"] = {k: result[k] for k in ("steps", "guidance", "deblock")}
-    if "ceiling" in result:
-        entry["ceiling"] = result["ceiling"]
+    entry["settings"] = {k: result[k] for k in ("steps", "guidance", "deblock", "fast_preset") if k in result}
+    for key in ("ceiling", "other_take"):
+        if key in result:
+            entry[key] = result[key]
     if "long" in result:
         entry["long"] = {k: v for k, v in result["long"].items() if k != "identity_seed"}
     entry["passes"] = result["passes"]
@@ -387,11 +415,17 @@ def format_table(result: dict[str, Any]) -> str:
     if ceiling:
         lines.append("ceiling, the renderer's frames through the autoencoder: " + "; ".join(
             f"{'via super-resolution' if k == 'through_sr' else 'direct'} r={c['pearson_r']:.3f} "
-            f"(clips {', '.join(f'{r:.2f}' for r in c['clips_r'])})" for k, c in ceiling.items()))
+            f"(clips {', '.join(f'{r:.2f}' for r in c['clips_r'])}), PSNR {_fmt(c.get('psnr'), '.2f')} dB, "
+            f"SSIM {_fmt(c.get('ssim'))}" for k, c in ceiling.items()))
+    other = result.get("other_take")
+    if other:
+        lines.append("another take of the ground truth (other blinks and idle motion): "
+                     f"PSNR {_fmt(other['psnr'], '.2f')} dB, SSIM {_fmt(other['ssim'])}")
     long = result.get("long")
     if long:
         lines.append(
-            f"long run {long['minutes']:g} min: similarity first {long['appearance_first']:.3f}, "
+            f"long run {long['minutes']:g} min ({long.get('preset', 'quality')}): "
+            f"similarity first {long['appearance_first']:.3f}, "
             f"last {long['appearance_last']:.3f}, stability {long['identity_stability']:.3f} (>= 0.95); "
             f"lip sync r in last window {_fmt((long['lip_sync_last_window'] or {}).get('pearson_r'))}; "
             f"real-time factor {long['real_time_factor']:.2f}"

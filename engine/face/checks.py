@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.face.detect import detect_faces
+from engine.face.detect import ZOOMS, detect_faces
 from engine.face.landmarks import LEFT_CHEEK, MIN_PRESENCE, NOSE_TIP, RIGHT_CHEEK, Face, face_landmarks
 
 MIN_INTEROCULAR = 40.0
@@ -63,18 +63,19 @@ def check_face(face: Face) -> Face:
 def find_face(image: np.ndarray) -> Face:
     """The face to animate in an (H, W, 3) RGB uint8 photo, landmarks in its pixels.
 
-    With several faces the largest detection (box area) is the one animated. Raises
+    With several faces the largest detection (box area) that the face mesh confirms is the one
+    animated: the whole photo is searched first, then its tiles at each of ``ZOOMS`` until the
+    mesh confirms a face (the detector also proposes things the mesh does not take for one, and
+    a face small in a wide shot is found only in tiles). Raises
     ``FaceError`` with a short reason: "no face found", a face too small to animate (eyes
     closer than 40 px, the size is in the reason), or a face turned too far (> 30 degrees).
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise FaceError(f"expected an RGB photo (H, W, 3) uint8, got {image.dtype} {tuple(image.shape)}")
-    boxes = detect_faces(image)
-    if not boxes:
-        raise FaceError("no face found")
-    box = max(boxes, key=lambda b: b.width * b.height)
-    face = face_landmarks(image, box)
-    if face.presence < MIN_PRESENCE:
-        raise FaceError("no face found")
-    return check_face(face)
+    for zoom in ZOOMS:
+        for box in sorted(detect_faces(image, zoom), key=lambda b: -b.width * b.height):
+            face = face_landmarks(image, box)
+            if face.presence >= MIN_PRESENCE:
+                return check_face(face)
+    raise FaceError("no face found")

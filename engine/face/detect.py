@@ -6,6 +6,9 @@ score logit. Decoding, the anchors and the weighted non-maximum suppression foll
 mediapipe's ``face_detection_short_range`` graph (SsdAnchorsCalculator,
 TensorsToDetectionsCalculator, NonMaxSuppressionCalculator WEIGHTED with IoU 0.3).
 
+Faces too small for the model's 128-pixel view of a whole photo are looked for in its
+tiles (``detect_in_tiles``).
+
 Keypoints, in this order: the subject's right eye, left eye, nose tip, mouth centre,
 right ear tragion, left ear tragion (the subject's right eye is on the image's left).
 """
@@ -161,12 +164,55 @@ class FaceDetector:
         return faces
 
 
+def _tile_starts(length: int, side: int) -> list[int]:
+    if length <= side:
+        return [0]
+    starts = list(range(0, length - side, max(side // 2, 1)))
+    return starts + [length - side]
+
+
+def _iou(a: FaceBox, b: FaceBox) -> float:
+    x0, y0 = max(a.box[0], b.box[0]), max(a.box[1], b.box[1])
+    x1, y1 = min(a.box[2], b.box[2]), min(a.box[3], b.box[3])
+    inter = max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
+    return inter / max(a.width * a.height + b.width * b.height - inter, 1e-9)
+
+
+def detect_in_tiles(detector: FaceDetector, image: np.ndarray, zoom: int) -> list[FaceBox]:
+    """Faces found in square tiles of ``1/zoom`` the image's longer side (overlapping by half),
+    each seen by the detector at ``zoom`` times the whole image's scale; in image pixels, one
+    box per face, highest score first: where tiles overlap the best-scored box is kept whole
+    (``weighted_nms`` would average it with the part of the face a tile's edge cut off)."""
+    h, w = image.shape[:2]
+    side = max(-(-max(h, w) // zoom), 1)
+    found: list[FaceBox] = []
+    for y in _tile_starts(h, side):
+        for x in _tile_starts(w, side):
+            offset = np.array([x, y], np.float32)
+            for f in detector.detect(image[y:y + side, x:x + side]):
+                b = f.box
+                found.append(FaceBox((b[0] + x, b[1] + y, b[2] + x, b[3] + y), f.keypoints + offset, f.score))
+    kept: list[FaceBox] = []
+    for f in sorted(found, key=lambda f: -f.score):
+        if all(_iou(f, k) <= NMS_IOU for k in kept):
+            kept.append(f)
+    return kept
+
+
 @lru_cache(maxsize=1)
 def default_detector() -> FaceDetector:
     """One shared detector on the default model folder."""
     return FaceDetector()
 
 
-def detect_faces(image: np.ndarray) -> list[FaceBox]:
-    """Faces in an RGB uint8 image (``FaceDetector.detect`` on the shared detector)."""
-    return default_detector().detect(image)
+# Zooms a photo is searched at, in order (``engine.face.checks.find_face``): the short-range model
+# sees a whole photo at 128 px, so a face under about a tenth of a large photo's side is found
+# only in its tiles.
+ZOOMS = (1, 2, 4, 8)
+
+
+def detect_faces(image: np.ndarray, zoom: int = 1) -> list[FaceBox]:
+    """Faces in an RGB uint8 image on the shared detector: the whole image (``zoom`` 1) or
+    its tiles of ``1/zoom`` its longer side."""
+    detector = default_detector()
+    return detector.detect(image) if zoom == 1 else detect_in_tiles(detector, image, zoom)

@@ -223,6 +223,7 @@ def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
     update_card(card, short, "short run")
     saved = json.loads(card.read_text())["evaluation"]
     assert saved["long"]["command"] == "long run" and saved["long"]["frames"] == 90
+    assert (saved["long"]["preset"], saved["long"]["steps"]) == ("fast", pipe.steps)
     assert saved["clips"]["command"] == "short run" and saved["clips"]["clips"] == 1
     assert saved["clips"]["interp"]["lip_sync"] == result["interp"]["lip_sync"]
     settings = {"steps": pipe.steps, "guidance": pipe.config.audio_guidance, "deblock": list(pipe.config.deblock)}
@@ -240,6 +241,14 @@ def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
     assert "lip sync r" in format_table(result)
     assert set(result["ceiling"]) == {"autoencoder", "through_sr"}
     assert len(result["ceiling"]["autoencoder"]["clips_r"]) == 1 and "through the autoencoder" in format_table(result)
+    # the renderer's frames rebuilt by the autoencoder are scored against themselves too
+    assert all(5.0 < result["ceiling"][k]["psnr"] < 60.0 for k in ("autoencoder", "through_sr"))
+    assert all(-1 <= result["ceiling"][k]["ssim"] < 1 for k in ("autoencoder", "through_sr"))
+    # another take of the same speech differs (blinks, idle motion) but stays close to the first
+    other = result["other_take"]
+    assert 15.0 < other["psnr"] < 40.0 and 0.5 < other["ssim"] < 1.0, other
+    assert json.loads(card.read_text())["evaluation"]["clips"]["other_take"] == other
+    assert "another take" in format_table(result)
 
 
 def test_cli_flags_and_bad_values() -> None:
@@ -262,7 +271,8 @@ class _PuppetPipeline:
         from engine.config import get_config
 
         self.identity, self.track_seed, self.size = identity, track_seed, size
-        self.config = get_config("tiny").with_schedule(interp=interp).replace(fast_chunk=None)  # no presets
+        # no presets
+        self.config = get_config("tiny").with_schedule(interp=interp).replace(fast_chunk=None, fast_steps=None)
         self.device, self.steps, self.weights_loaded = "cpu", 0, []
         self.fps, self.sample_rate, self.frame_size = 25, SR, (size, size)
 
@@ -289,14 +299,19 @@ def test_evaluate_scores_a_perfect_engine_as_perfect() -> None:
     assert result["passes"]["lip_sync_r"] and result["passes"]["lip_sync_lag"]
 
 
-def test_evaluate_scores_the_fast_preset_at_its_own_chunk() -> None:
+def test_evaluate_scores_the_fast_preset_at_its_own_chunk_and_steps() -> None:
     from engine.eval.run import card_entry, evaluate, format_table
     from engine.pipeline import Pipeline
 
     micro = Pipeline.from_config("micro", threads=1)
-    pipe = type(micro)(micro.config.replace(fast_chunk=1), micro.models, micro.device, micro.steps)
+    pipe = type(micro)(micro.config.replace(fast_chunk=1, fast_steps=1), micro.models, micro.device)
     result = evaluate(pipe, clips=1, long_minutes=0, progress=False)
     assert {"interp", "no_interp", "fast"} <= set(result)
     assert set(result["fast"]["lip_sync"]) == {"pearson_r", "best_lag", "r_at_best_lag"}
     assert result["fast"]["real_time_factor"] > 0
-    assert "fast" in card_entry(result) and "fast" in format_table(result).splitlines()[0]
+    entry = card_entry(result)
+    assert "fast" in entry and "fast" in format_table(result).splitlines()[0]
+    assert entry["settings"]["fast_preset"] == {"chunk": 1, "steps": 1}
+    # a fast preset equal to the schedule itself is not scored twice
+    same = type(micro)(micro.config.replace(fast_chunk=None, fast_steps=None), micro.models, micro.device)
+    assert "fast" not in evaluate(same, clips=1, long_minutes=0, progress=False)

@@ -41,6 +41,26 @@ def test_too_small(astronaut):
     assert " 30 px" in err.value.reason  # 0.7 x the astronaut's 43 px between the eyes
 
 
+@pytest.mark.parametrize(("scale", "canvas", "eyes"), [(0.25, 1024, 11), (0.5, 2048, 21)])
+def test_a_small_face_in_a_wide_shot_is_too_small_not_missing(astronaut, scale, canvas, eyes):
+    """Found in the photo's tiles, where the detector also proposes larger non-faces the mesh
+    rejects: the reply names the face's size."""
+    small = cv2.resize(astronaut, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    img = np.full((canvas, canvas, 3), 190, np.uint8)
+    y = canvas // 3
+    img[y : y + small.shape[0], y : y + small.shape[1]] = small
+    with pytest.raises(FaceError, match="too small") as err:
+        find_face(img)
+    assert f" {eyes} px" in err.value.reason
+
+
+def test_a_wide_shot_with_a_big_enough_face_is_animated(astronaut):
+    img = np.full((1536, 2048, 3), 190, np.uint8)
+    img[600:1112, 1200:1712] = astronaut
+    f = find_face(img)
+    assert f.interocular > 40 and 1200 < f.xy[:, 0].min() and f.xy[:, 0].max() < 1712
+
+
 def _turned(face: Face, degrees: float) -> Face:
     """The landmarks turned rigidly about the vertical axis through the head centre (z = 0)."""
     a = np.radians(degrees)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from engine.face.detect import FaceBox, detect_faces, ssd_anchors, weighted_nms
+from engine.face.detect import FaceBox, default_detector, detect_faces, detect_in_tiles, ssd_anchors, weighted_nms
 
 
 def test_anchor_layout():
@@ -46,6 +46,21 @@ def test_nothing_on_blank_or_noise():
     assert detect_faces(np.full((256, 256, 3), 127, np.uint8)) == []
     noise = np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8)
     assert detect_faces(noise) == []
+
+
+def test_a_face_small_in_a_wide_shot_is_found_in_tiles(astronaut):
+    """On a 2048 px canvas the astronaut's face is 12 px in the model's whole-image view:
+    found in the tiles of a quarter of the side, at its own box moved by where she was placed."""
+    canvas = np.full((2048, 2048, 3), 190, np.uint8)
+    y, x = 700, 900
+    canvas[y:y + 512, x:x + 512] = astronaut
+    ref = detect_faces(astronaut)[0]
+    assert all(f.width > 1.5 * ref.width for f in detect_faces(canvas))  # whole: at most a false one
+    (f,) = detect_faces(canvas, zoom=4)
+    np.testing.assert_allclose(f.box, np.array(ref.box) + [x, y, x, y], atol=0.08 * ref.width)
+    np.testing.assert_allclose(f.keypoints, ref.keypoints + [x, y], atol=0.08 * ref.width)
+    # tiles overlapping by half: one face seen in several tiles is one box
+    assert len(detect_in_tiles(default_detector(), canvas, 4)) == 1
 
 
 def test_weighted_nms_merges_overlaps_by_score():

@@ -151,3 +151,18 @@ def test_render_time(astronaut_rig):
         cv2.setNumThreads(threads)
     print(f"\nrender {ms:.2f} ms per 512x512 frame on one thread; from_photo {setup_ms:.0f} ms")
     assert ms < 40
+
+
+def test_a_photo_showing_its_teeth_keeps_its_own_when_the_mouth_opens(astronaut_rig, astronaut_crop):
+    """The astronaut smiles on her teeth: opened, the band under the upper lip is those teeth
+    (the photo's pixels as far below the lip at rest), not a painted one."""
+    crop, face = astronaut_crop
+    motion = FaceMotion(jaw_open=0.7)
+    out = astronaut_rig.render(motion)
+    rest, moved = face.landmarks[:, :2], astronaut_rig.moved_landmarks(motion)
+    xs = np.arange(int(rest[13, 0]) - 12, int(rest[13, 0]) + 13)
+    band_rest = np.stack([crop[int(round(rest[13, 1])) + 2 + d, xs] for d in range(3)]).astype(float)
+    band_open = np.stack([out[int(round(moved[13, 1])) + 2 + d, xs] for d in range(3)]).astype(float)
+    assert band_rest.mean() > 150  # teeth
+    assert np.abs(band_open - band_rest).mean() < 12, np.abs(band_open - band_rest).mean()
+    assert band_open.mean(2).std() > 6  # the gaps between teeth, not a flat band
