@@ -274,10 +274,14 @@ class EngineCore:
 
     def capacity(self) -> int:
         """More sessions of the default preset this worker can hold in real time at their best
-        quality (never negative)."""
-        total = sessions_in_real_time(self.costs, self.work_per_period(), self.period_s(),
-                                      margin=self.capacity_margin)
-        return max(0, total - len(self.sessions))
+        quality (never negative). An idle worker takes one session even where its estimate holds
+        none (a machine too slow for the preset): refusing every session serves no one, and the
+        quality controller runs that one at the cheapest rung of its ladder that keeps up."""
+        return max(0, max(self.real_time_sessions(), 1) - len(self.sessions))
+
+    def real_time_sessions(self) -> int:
+        """Sessions of the default preset the cost estimates hold in real time at their best quality."""
+        return sessions_in_real_time(self.costs, self.work_per_period(), self.period_s(), margin=self.capacity_margin)
 
     @property
     def batch_mean(self) -> float:

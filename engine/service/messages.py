@@ -165,7 +165,7 @@ class WorkerStats:
     pid: int
     device: str
     sessions: int
-    capacity: int  # more sessions this worker can hold in real time
+    capacity: int  # more sessions this worker can hold in real time (an idle one: at least 1)
     batches: int  # batches run so far: progress, for the watchdog
     due: bool  # some session has work that can run now
     batch_mean: float
@@ -174,3 +174,4 @@ class WorkerStats:
     quality_changes: dict[str, int] = field(default_factory=dict)  # reason -> count
     state_bytes: dict[str, int] = field(default_factory=dict)  # session -> bytes held between chunks
     costs: dict = field(default_factory=dict)
+    real_time: int = 0  # sessions its estimates hold in real time at best quality (0: a machine too slow)

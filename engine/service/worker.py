@@ -320,6 +320,7 @@ class Worker:
             quality_changes=core.quality.counts(),
             state_bytes=core.state_bytes(),
             costs=core.costs.snapshot(),
+            real_time=core.real_time_sessions(),
         ))
 
 

@@ -67,6 +67,7 @@ def worker_json(w) -> dict:
         "session_ids": list(w.session_ids),
         "capacity": w.capacity,
         "settling_s": w.settling_s,
+        "real_time_sessions": stats.real_time if stats else 0,
         "batch_mean": stats.batch_mean if stats else 0.0,
         "load": float(stats.costs.get("load", 1.0)) if stats else 1.0,
         "chunk_ms": stats.chunk_ms if stats else {},
@@ -95,6 +96,11 @@ def create_app(
             log.info("engine %s up in %.1f s: %s", settings.config, time.perf_counter() - t0,
                      ", ".join(f"worker {w.index} pid {w.pid} on {w.device}, capacity {w.capacity}"
                                for w in running.workers()))
+            for w in running.workers():
+                if w.stats is not None and w.stats.real_time == 0:
+                    log.warning("engine worker %d on %s is too slow for one %s session in real time at its best "
+                                "quality: it takes one session at a time, at the cheapest quality that keeps up",
+                                w.index, w.device, settings.config)
         else:
             log.error("no engine worker started; the server is degraded and refuses sessions")
         backend = speech or await asyncio.to_thread(

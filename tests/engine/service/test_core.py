@@ -143,6 +143,18 @@ def test_capacity_is_what_fits_in_real_time_minus_the_sessions_held(core):
     assert core.capacity() == total - 2
 
 
+def test_an_idle_worker_too_slow_for_real_time_still_takes_one_session(core):
+    """Costs over the chunk period: no session fits, yet an idle worker takes one (and no more),
+    which the quality controller then runs at its cheapest rung."""
+    period = core.info.frames_per_chunk / core.info.fps
+    for kind_key in core.work_per_period():
+        core.costs.observe(kind_key, 1, 2 * period)
+    assert sessions_in_real_time(core.costs, core.work_per_period(), period) == 0
+    assert core.capacity() == 1
+    open_fed(core, "a", 1.0)
+    assert core.capacity() == 0
+
+
 def test_an_idle_worker_forgets_the_load_its_last_sessions_ran_under(core):
     """A load factor learned while sessions ran (the web side taking cores) is dropped once the
     last one closes: an idle worker that kept it could refuse every session and never learn

@@ -27,7 +27,7 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
             return all(w.settling_s == 0 for w in engine.workers())
 
         capacity = (await srv.http.get("/healthz")).json()["capacity"]
-        assert 0 <= capacity <= 8, capacity  # 0 on a machine too slow (or too busy) for one session
+        assert 1 <= capacity <= 8, capacity  # an idle worker takes one session even on a machine too slow for it
         async with contextlib.AsyncExitStack() as stack:
             lives = []
             while (await srv.http.get("/healthz")).json()["capacity"] > 0:
@@ -44,6 +44,8 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
             assert int(refused.headers["retry-after"]) > 0
             if not lives:
                 return
+            slow = engine.workers()[0].stats.real_time == 0  # a machine too slow for one session at best quality
+            assert not slow or len(lives) == 1, "too slow a worker takes one session, not more"
             assert await wait_until(lambda: all(len(live.media.video) >= 25 for live in lives), 30)
             before = {live.id: srv.manager.sessions[live.id].playout.stats() for live in lives}
             await asyncio.sleep(STREAM_S)  # real-time streaming at full load
@@ -51,10 +53,15 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
                 after = srv.manager.sessions[live.id].playout.stats()
                 shown = after.frames_shown - before[live.id].frames_shown
                 misses = after.deadline_misses - before[live.id].deadline_misses
+                if slow:  # it streams on at the cheapest quality, as well as the machine allows
+                    assert shown >= 0.4 * 25 * STREAM_S, (live.id, shown)
+                    assert engine.workers()[0].stats.quality_changes["overload"] >= 1
+                    continue
                 assert shown >= 0.9 * 25 * STREAM_S, (live.id, shown)
                 # A generous bound for a shared CI box; `make soak` holds the 0.5% target at this load.
                 assert misses <= 0.03 * shown + 1, (live.id, misses, shown)
-        print(f"admitted {len(lives)} tiny sessions at measured capacity (calibration said {capacity})")
+        print(f"admitted {len(lives)} tiny sessions at measured capacity (calibration said {capacity}"
+              f"{', too slow for real time' if slow else ''})")
         assert await wait_until(lambda: engine.workers()[0].sessions == 0, 10)
         again = await srv.http.post("/v1/sessions", json={})
         assert again.status_code == 201, "closing sessions frees their capacity"
