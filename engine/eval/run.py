@@ -89,8 +89,7 @@ def score_clip(frames: np.ndarray, chunks: list[str], truth: np.ndarray, gt_open
         "measured_openness": measured,
         "lip_sync": metrics.lip_sync_series(measured, gt_open),
         "seam_ratio": metrics.seam_ratio(frames, chunks) if len(set(chunks)) > 1 else None,
-        "psnr": metrics.psnr(frames, truth),
-        "ssim": metrics.ssim(frames, truth),
+        **sharpness(frames, truth),
         "appearance": metrics.appearance_similarity(frames, reference),
     }
 

@@ -86,20 +86,23 @@ def letterbox(image: np.ndarray, size: int) -> tuple[np.ndarray, float, float, f
     return out, scale, pad_x, pad_y
 
 
+def box_iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """Intersection over union of one (4,) box against (N, 4) boxes, each (x0, y0, x1, y1)."""
+    box, boxes = np.asarray(box, np.float64), np.asarray(boxes, np.float64).reshape(-1, 4)
+    x0, y0 = np.maximum(box[0], boxes[:, 0]), np.maximum(box[1], boxes[:, 1])
+    x1, y1 = np.minimum(box[2], boxes[:, 2]), np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
+    union = (box[2] - box[0]) * (box[3] - box[1]) + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
 def weighted_nms(boxes: np.ndarray, scores: np.ndarray, keypoints: np.ndarray, iou: float = NMS_IOU):
     """Mediapipe's WEIGHTED suppression: each kept detection is the score-weighted mean of its cluster."""
     order = np.argsort(-scores, kind="stable")
     out = []
     while order.size:
         best = order[0]
-        x0 = np.maximum(boxes[best, 0], boxes[order, 0])
-        y0 = np.maximum(boxes[best, 1], boxes[order, 1])
-        x1 = np.minimum(boxes[best, 2], boxes[order, 2])
-        y1 = np.minimum(boxes[best, 3], boxes[order, 3])
-        inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
-        area = (boxes[order, 2] - boxes[order, 0]) * (boxes[order, 3] - boxes[order, 1])
-        union = area[0] + area - inter
-        overlap = np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+        overlap = box_iou(boxes[best], boxes[order])
         members = order[overlap > iou]
         w = scores[members][:, None]
         box = (boxes[members] * w).sum(0) / w.sum()
@@ -171,13 +174,6 @@ def _tile_starts(length: int, side: int) -> list[int]:
     return starts + [length - side]
 
 
-def _iou(a: FaceBox, b: FaceBox) -> float:
-    x0, y0 = max(a.box[0], b.box[0]), max(a.box[1], b.box[1])
-    x1, y1 = min(a.box[2], b.box[2]), min(a.box[3], b.box[3])
-    inter = max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
-    return inter / max(a.width * a.height + b.width * b.height - inter, 1e-9)
-
-
 def detect_in_tiles(detector: FaceDetector, image: np.ndarray, zoom: int) -> list[FaceBox]:
     """Faces found in square tiles of ``1/zoom`` the image's longer side (overlapping by half),
     each seen by the detector at ``zoom`` times the whole image's scale; in image pixels, one
@@ -194,7 +190,7 @@ def detect_in_tiles(detector: FaceDetector, image: np.ndarray, zoom: int) -> lis
                 found.append(FaceBox((b[0] + x, b[1] + y, b[2] + x, b[3] + y), f.keypoints + offset, f.score))
     kept: list[FaceBox] = []
     for f in sorted(found, key=lambda f: -f.score):
-        if all(_iou(f, k) <= NMS_IOU for k in kept):
+        if not kept or box_iou(f.box, [k.box for k in kept]).max() <= NMS_IOU:
             kept.append(f)
     return kept
 
