@@ -41,8 +41,9 @@ from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, Rolli
 
 if TYPE_CHECKING:
     from engine.photo.avatar import PhotoAvatar
+    from engine.puppet import Identity
     from engine.puppet.engine import PuppetPipeline
-    from engine.stages.photo_composite import PhotoComposite, PhotoState
+    from engine.stages.redraw import Redraw, RedrawState
 
 
 def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
@@ -105,7 +106,7 @@ class Pipeline(ConfiguredEngine):
         # Bundled avatars' reference encodings, made once: a session of a bundled avatar starts
         # straight at its first chunk. Read-only once made, so sessions (threads) share them.
         self._bundled: dict[str, ReferenceConditioning] = {}
-        self._composite: PhotoComposite | None = None  # made at the first photo session's first frames
+        self._redraw: Redraw | None = None  # made at the first redrawn session's first frames
 
     @classmethod
     def from_config(
@@ -211,14 +212,16 @@ class Pipeline(ConfiguredEngine):
             direct, pooled = (decoder.step(z[None], decoder.init_cache(ref.decoder))[0][0] for z in (hr, via_sr))
         return to_uint8(direct), to_uint8(pooled)
 
-    def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
+    def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,
                      seed: int = 0, photo: PhotoAvatar | None = None,
-                     reference: np.ndarray | None = None) -> StreamSession:
+                     reference: np.ndarray | None = None, drawn: bool = False) -> StreamSession:
         """A session of a bundled avatar, or of a photograph (``image``, or a ``photo`` already
         made of one: ``FaceError`` when it has no usable face). A photo session's DiT drives the
         bundled ``avatar`` (default: the default avatar) and its frames are the photo warped to
-        that face's motion (``engine.stages.photo_composite``). ``reference``: a stylised
-        portrait the DiT itself draws (the held-out identities ``avatar eval`` scores)."""
+        that face's motion (``engine.stages.redraw``). ``drawn``: a bundled avatar's frames are
+        drawn by its renderer at the generated face's motion instead of decoded (sharp; the
+        same stage). ``avatar`` may also be an ``Identity`` the DiT has not seen (the held-out
+        ones ``avatar eval`` scores); ``reference``: a stylised portrait the DiT draws from alone."""
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
         if reference is not None:
@@ -227,22 +230,42 @@ class Pipeline(ConfiguredEngine):
             from engine.photo.avatar import photo_avatar
 
             photo = photo_avatar(image)
-        name = avatar or DEFAULT_AVATAR
-        if name not in self._bundled:
-            self._bundled[name] = self.reference(avatar_image(name, self.frame_size))
-        photo_state = None
+        if avatar is not None and not isinstance(avatar, str):
+            from engine.puppet import reference_image
+
+            driver_image = reference_image(avatar, max(self.frame_size))
+            conditioning = self.reference(driver_image)
+        else:
+            name = avatar or DEFAULT_AVATAR
+            driver_image = avatar_image(name, self.frame_size)
+            if name not in self._bundled:
+                self._bundled[name] = self.reference(driver_image)
+            conditioning = self._bundled[name]
+        redraw = None
+        if photo is not None or drawn:
+            from engine.stages.redraw import RedrawState
+
+            redraw = RedrawState(self._drawer(avatar, photo), driver_image)
+        return StreamSession(self, conditioning, seed, redraw)
+
+    def _drawer(self, avatar: str | Identity | None, photo: PhotoAvatar | None):
+        """A redrawn session's drawer: the photo's rig, else the avatar's own renderer."""
         if photo is not None:
             from engine.face.rig import PhotoRig
-            from engine.stages.photo_composite import PhotoState
 
-            photo_state = PhotoState(PhotoRig.from_photo(photo.image, photo.face), avatar_image(name, self.frame_size))
-        return StreamSession(self, self._bundled[name], seed, photo_state)
+            return PhotoRig.from_photo(photo.image, photo.face)
+        from engine.avatars import DEFAULT_AVATAR
+        from engine.puppet import get_identity
+        from engine.puppet.rig import PuppetRig
+
+        identity = get_identity(avatar or DEFAULT_AVATAR) if avatar is None or isinstance(avatar, str) else avatar
+        return PuppetRig(identity, max(self.frame_size))
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
-               seed: int = 0, reference: np.ndarray | None = None) -> Iterator[PublishedFrame]:
+               seed: int = 0, reference: np.ndarray | None = None, drawn: bool = False) -> Iterator[PublishedFrame]:
         """Batch mode: the whole audio at once, frames as each chunk is done. The session
         opens here, so a bad avatar or image fails at the call, not at the first frame."""
-        session = self.open_session(avatar, image, seed, reference=reference)
+        session = self.open_session(avatar, image, seed, reference=reference, drawn=drawn)
         session.feed(pcm)
         session.close_input()
         return drain(session)
@@ -339,23 +362,23 @@ class Pipeline(ConfiguredEngine):
             st.decoder, st.last_frame = cache, last
             st.counters.published = hi
             st.counters.frames += len(frames)
-        return self._photos(sessions, out.frames, timings)
+        return self._redrawn(sessions, out.frames, timings)
 
-    def _photos(self, sessions: Sequence[StreamSession], frames: list[list[PublishedFrame]],
-                timings: dict[str, float]) -> list[list[PublishedFrame]]:
-        """The photo sessions' driver frames, replaced by their photos warped to the same motion."""
-        photo = [i for i, s in enumerate(sessions) if s.photo is not None]
-        if not photo:
+    def _redrawn(self, sessions: Sequence[StreamSession], frames: list[list[PublishedFrame]],
+                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """The redrawn sessions' driver frames, replaced by their drawers' frames at the same motion."""
+        redrawn = [i for i, s in enumerate(sessions) if s.redraw is not None]
+        if not redrawn:
             return frames
-        with _timed(timings, "photo"):
-            if self._composite is None:
-                from engine.stages.photo_composite import PhotoComposite
+        with _timed(timings, "redraw"):
+            if self._redraw is None:
+                from engine.stages.redraw import Redraw
 
-                self._composite = PhotoComposite()
-            made, states = self._composite([frames[i] for i in photo], [sessions[i].photo for i in photo])
+                self._redraw = Redraw()
+            made, states = self._redraw([frames[i] for i in redrawn], [sessions[i].redraw for i in redrawn])
         frames = list(frames)
-        for i, f, st in zip(photo, made, states, strict=True):
-            frames[i], sessions[i].photo = f, st
+        for i, f, st in zip(redrawn, made, states, strict=True):
+            frames[i], sessions[i].redraw = f, st
         return frames
 
 
@@ -373,10 +396,10 @@ class StreamSession:
     """One avatar session's rolling state and schedule position."""
 
     def __init__(self, pipeline: Pipeline, reference: ReferenceConditioning, seed: int,
-                 photo: PhotoState | None = None) -> None:
+                 redraw: RedrawState | None = None) -> None:
         self.pipe = pipeline
         self.seed = seed
-        self.photo = photo  # a photo session's rig and motion state (None: the DiT's frames are shown)
+        self.redraw = redraw  # a photo's or drawn avatar's drawer and motion (None: the DiT's frames are shown)
         self.audio = AudioBuffer()
         self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache(reference.decoder))
         self.finished = False
@@ -390,9 +413,9 @@ class StreamSession:
 
     @property
     def frame_size(self) -> tuple[int, int]:
-        """(height, width) of this session's frames: the photo's for a photo session."""
-        if self.photo is not None:
-            return self.photo.rig.size, self.photo.rig.size
+        """(height, width) of this session's frames: its drawer's for a redrawn session."""
+        if self.redraw is not None:
+            return self.redraw.drawer.size, self.redraw.drawer.size
         return self.pipe.frame_size
 
     # --- audio in -------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """``avatar eval --image``: score a photo avatar on held-out speech, judged by the face mesh.
 
 A photo session's frames are the photograph warped to the motion of a generated driver face
-(``engine.stages.photo_composite``), so there is no ground-truth video to compare with; the
+(``engine.stages.redraw``), so there is no ground-truth video to compare with; the
 photo is scored by what mediapipe's face mesh (``engine.face``) reads back from its frames:
 
 * lip sync: the inner-lip gap (``Face.lip_gap``, over the interocular distance so head

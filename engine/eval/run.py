@@ -38,9 +38,11 @@ from engine.puppet.engine import PuppetPipeline
 # since that motion is not in the audio).
 OTHER_TAKE = 7919
 
-# Pipelines scored on the clips: I chunks on and off at the schedule's chunk, and the fast preset
-# (its own chunk, no I chunks) where that differs.
-LABELS = ("interp", "no_interp", "fast")
+# Pipelines scored on the clips: I chunks on and off at the schedule's chunk, the fast preset
+# (its own chunk, no I chunks) where that differs, and the fast preset drawn (its frames drawn by
+# the renderer at the motion read off the generated face: ``engine.stages.redraw``).
+LABELS = ("interp", "no_interp", "fast", "drawn")
+DRAWN = "drawn"
 
 THRESHOLDS = {  # issue 4, "Evaluation"
     "lip_sync_r_min": 0.8,
@@ -67,15 +69,20 @@ def square_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     return frames[:, y : y + height, x : x + width]
 
 
-def subject(pipeline: Pipeline | PuppetPipeline, identity: Identity, reference: np.ndarray) -> dict[str, Any]:
+def subject(pipeline: Pipeline | PuppetPipeline, identity: Identity, reference: np.ndarray,
+            drawn: bool = False) -> dict[str, Any]:
     """Who to draw, as the pipeline takes it: learned engines see the identity only through
-    its reference image; the puppet draws the identity itself."""
+    its reference image, unless their frames are ``drawn`` by the renderer (it needs the identity);
+    the puppet draws the identity itself."""
+    if drawn:
+        return {"avatar": identity, "drawn": True}
     return {"avatar": identity} if isinstance(pipeline, PuppetPipeline) else {"reference": reference}
 
 
-def generate(pipeline: Pipeline | PuppetPipeline, clip: Clip, reference: np.ndarray, seed: int) -> Rendered:
+def generate(pipeline: Pipeline | PuppetPipeline, clip: Clip, reference: np.ndarray, seed: int,
+             drawn: bool = False) -> Rendered:
     t0 = time.perf_counter()
-    out = list(pipeline.render(clip.pcm, **subject(pipeline, clip.identity, reference), seed=seed))
+    out = list(pipeline.render(clip.pcm, **subject(pipeline, clip.identity, reference, drawn), seed=seed))
     return Rendered(np.stack([f.rgb for f in out]), [f.chunk for f in out], time.perf_counter() - t0)
 
 
@@ -116,9 +123,20 @@ def contact_sheet(truth: np.ndarray, generated: np.ndarray, gt_open: np.ndarray,
     return np.concatenate([np.concatenate(list(v[picks]), axis=1) for v in (truth, generated)], axis=0)
 
 
+def redrawn(frames: np.ndarray, identity: Identity, reference: np.ndarray) -> np.ndarray:
+    """(T, H, W, 3) frames of ``identity`` redrawn by its renderer at the motion read off each."""
+    from engine.puppet.rig import PuppetRig
+    from engine.stages.redraw import Redraw, RedrawState
+
+    published = [PublishedFrame(i, 25, f, np.zeros(0, np.float32), 16000, "N") for i, f in enumerate(frames)]
+    (made,), _ = Redraw()([published], [RedrawState(PuppetRig(identity, frames.shape[1]), reference)])
+    return np.stack([f.rgb for f in made])
+
+
 def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[Clip], seed: int = 0,
                    log: Callable[[str], None] = print, sheet: Path | None = None) -> dict[str, Any]:
-    """Score each pipeline (by label, e.g. interp / no_interp) on every clip against the renderer."""
+    """Score each pipeline (by label, e.g. interp / no_interp) on every clip against the renderer;
+    the one labelled ``DRAWN`` has its frames drawn by the renderer at the generated motion."""
     first = next(iter(pipelines.values()))
     h, w = first.frame_size
     size = max(h, w)
@@ -127,6 +145,8 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
     probe_pairs: list[tuple[np.ndarray, np.ndarray]] = []
     learned = isinstance(first, Pipeline)
     ceiling_pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"autoencoder": [], "through_sr": []}
+    if learned and DRAWN in pipelines:
+        ceiling_pairs[DRAWN] = []
     ceiling_scores: dict[str, list[dict[str, float]]] = {key: [] for key in ceiling_pairs}
     other_take: list[dict[str, float]] = []
     for k, clip in enumerate(clips):
@@ -138,11 +158,14 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         other = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed + OTHER_TAKE)
         other_take.append(sharpness(square_crop(render_video(clip.identity, other, size), h, w), truth))
         if learned:
-            for key, rebuilt in zip(ceiling_pairs, first.reconstruct(truth, reference), strict=True):
+            rebuilt_all = list(first.reconstruct(truth, reference))
+            if DRAWN in ceiling_pairs:
+                rebuilt_all.append(redrawn(truth, clip.identity, reference))
+            for key, rebuilt in zip(ceiling_pairs, rebuilt_all, strict=True):
                 ceiling_pairs[key].append((measure_openness(rebuilt, reference), gt_open[: len(rebuilt)]))
                 ceiling_scores[key].append(sharpness(rebuilt, truth))
         for label, pipe in pipelines.items():
-            gen = generate(pipe, clip, reference, seed + k)
+            gen = generate(pipe, clip, reference, seed + k, drawn=label == DRAWN)
             if sheet is not None and k == 0 and label == next(iter(pipelines)):
                 save_png(sheet, contact_sheet(truth, gen.frames, gt_open))
             scores = score_clip(gen.frames, gen.chunks, truth, gt_open, reference)
@@ -294,6 +317,8 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
     cfg = pipeline.config
     if cfg.fast_schedule(pipeline.steps) != (cfg.schedule.chunk, pipeline.steps):
         pipes["fast"] = pipeline.preset("fast")  # the low-latency schedule sessions get by default
+    if isinstance(pipeline, Pipeline):
+        pipes[DRAWN] = pipeline.preset("fast")
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
     log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")
     result: dict[str, Any] = {
@@ -412,8 +437,10 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"probe on the renderer's own frames: r={probe['pearson_r']:.3f} lag={probe['best_lag']:+d}")
     ceiling = result.get("ceiling")
     if ceiling:
-        lines.append("ceiling, the renderer's frames through the autoencoder: " + "; ".join(
-            f"{'via super-resolution' if k == 'through_sr' else 'direct'} r={c['pearson_r']:.3f} "
+        names = {"autoencoder": "through the autoencoder", "through_sr": "through it via super-resolution",
+                 DRAWN: "redrawn at the motion read off them"}
+        lines.append("ceiling, the renderer's own frames: " + "; ".join(
+            f"{names.get(k, k)} r={c['pearson_r']:.3f} "
             f"(clips {', '.join(f'{r:.2f}' for r in c['clips_r'])}), PSNR {_fmt(c.get('psnr'), '.2f')} dB, "
             f"SSIM {_fmt(c.get('ssim'))}" for k, c in ceiling.items()))
     other = result.get("other_take")

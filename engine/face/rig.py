@@ -47,6 +47,7 @@ from engine.face.landmarks import (
     RIGHT_LID_CREASE,
     Face,
 )
+from engine.puppet import FaceState
 
 JAW_SCALE = 0.42  # lip gap added at jaw_open = 1, as a fraction of the mouth width
 WIDTH_SCALE = 0.16  # lip-corner travel at |mouth_width| = 1, as a fraction of half the mouth width
@@ -59,6 +60,9 @@ INNER_RING_FOLLOW = 0.6  # share of the head motion the inner ring takes
 # the face mesh reads a mouth opening on a band of real teeth less surely (held-out lip sync of the
 # astronaut r 0.879 with the whole band, 0.896 cut by 2.5 px of its 98, 0.903 with painted teeth).
 OWN_TEETH_CUT = 0.025
+# Openness read below this is a closed mouth: the motion reader reads ~0.0-0.12 on closed driver
+# mouths, and a photo's lips must meet in silence.
+CLOSED_BELOW = 0.1
 GRID = 2  # the warp is evaluated every GRID pixels and interpolated
 DEPTH_SCALE = 0.6
 CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
@@ -177,6 +181,15 @@ class _Mouth:
     tongue: np.ndarray
     teeth: np.ndarray
     shows_teeth: bool  # the photo's mouth is open on its teeth at rest
+
+
+def photo_motion(state: FaceState) -> FaceMotion:
+    """The photo's motion for a face state read off a driver face: openness below ``CLOSED_BELOW``
+    closes the lips, the rest spans the jaw's travel; the head pose is taken as it is."""
+    return FaceMotion(jaw_open=min(max((state.openness - CLOSED_BELOW) / (1.0 - CLOSED_BELOW), 0.0), 1.0),
+                      mouth_width=min(max(state.wide - state.rounded, -1.0), 1.0),
+                      blink=min(max(state.blink, 0.0), 1.0),
+                      yaw=state.yaw, pitch=state.pitch, roll=state.roll, tx=state.tx, ty=state.ty)
 
 
 class PhotoRig:
@@ -455,6 +468,10 @@ class PhotoRig:
         if jaw > 0:
             self._paint_mouth(out, lm, jaw)
         return out
+
+    def draw(self, state: FaceState) -> np.ndarray:
+        """The frame for a face state read off a driver face (``engine.stages.redraw``'s drawer)."""
+        return self.render(photo_motion(state))
 
     def render_many(self, motions: Iterable[FaceMotion]) -> np.ndarray:
         """(n, S, S, 3) uint8 frames."""

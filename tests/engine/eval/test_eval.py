@@ -232,18 +232,19 @@ def test_evaluate_returns_json_and_a_table(tmp_path: Path) -> None:
         **short["no_interp"], "clips": []}}, "fewer clips")
     assert json.loads(card.read_text())["evaluation"]["clips"]["command"] == "short run"
     json.dumps(result, allow_nan=False)
-    for label in ("interp", "no_interp"):
+    for label in ("interp", "no_interp", "drawn"):
         res = result[label]
         assert set(res["lip_sync"]) == {"pearson_r", "best_lag", "r_at_best_lag"}
         assert res["seam_ratio"] > 0 and res["psnr"] > 0 and -1 <= res["ssim"] <= 1
     assert result["long"]["frames"] == 90 and result["long"]["identity_stability"] is not None
     assert set(result["passes"]) == {"lip_sync_r", "lip_sync_lag", "seam_ratio", "identity_stability"}
     assert "lip sync r" in format_table(result)
-    assert set(result["ceiling"]) == {"autoencoder", "through_sr"}
+    assert set(result["ceiling"]) == {"autoencoder", "through_sr", "drawn"}
+    assert result["drawn"]["appearance"] > 0.9, "drawn frames are the renderer's drawing of the identity"
     assert len(result["ceiling"]["autoencoder"]["clips_r"]) == 1 and "through the autoencoder" in format_table(result)
     # the renderer's frames rebuilt by the autoencoder are scored against themselves too
-    assert all(5.0 < result["ceiling"][k]["psnr"] < 60.0 for k in ("autoencoder", "through_sr"))
-    assert all(-1 <= result["ceiling"][k]["ssim"] < 1 for k in ("autoencoder", "through_sr"))
+    assert all(5.0 < result["ceiling"][k]["psnr"] < 60.0 for k in ("autoencoder", "through_sr", "drawn"))
+    assert all(-1 <= result["ceiling"][k]["ssim"] < 1 for k in ("autoencoder", "through_sr", "drawn"))
     # another take of the same speech differs (blinks, idle motion) but stays close to the first
     other = result["other_take"]
     assert 15.0 < other["psnr"] < 40.0 and 0.5 < other["ssim"] < 1.0, other

@@ -1,0 +1,85 @@
+"""Redraw: a session's frames drawn at the motion of the face the DiT generated.
+
+The DiT generates a stylised driver face from the audio (lip sync, blinks, idle and speaking
+head motion, continuity across chunks: what the model was trained for). This stage reads
+that face's motion from each published driver frame (``MotionReader``, one forward for every
+frame of every redrawn session in the batch) and hands it to the session's ``Drawer``:
+
+- a photograph's ``PhotoRig`` warps the photo to it (what does not move stays the photo's
+  own pixels);
+- a bundled avatar's ``PuppetRig`` draws that avatar with its own renderer at it (sharp at
+  any size, the identity exact by construction).
+
+The only state carried between chunks is the last frame's read motion, so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from engine.frames import PublishedFrame
+from engine.photo.reader import MotionReader, read_motion
+from engine.puppet import FaceState
+
+# Share of the previous frame's head pose kept per frame: reading pose from one soft frame is
+# noisier than the pose itself moves in 40 ms. The mouth and the eyelids are never smoothed.
+POSE_SMOOTHING = 0.5
+POSE = ("yaw", "pitch", "roll", "tx", "ty")
+
+
+class Drawer(Protocol):
+    """What draws a session's frames from read motion: a square of ``size`` pixels a side."""
+
+    size: int
+
+    def draw(self, state: FaceState) -> np.ndarray:
+        """The (size, size, 3) uint8 frame for one read face state."""
+        ...
+
+
+@dataclass(frozen=True)
+class RedrawState:
+    """One redrawn session between chunks: its drawer, the driver's neutral frame, the last motion."""
+
+    drawer: Drawer
+    driver_reference: np.ndarray  # (H, W, 3) uint8: the driver avatar's reference image
+    last: FaceState | None = None
+
+
+def smooth_pose(state: FaceState, last: FaceState | None, smoothing: float = POSE_SMOOTHING) -> FaceState:
+    """``state`` with its head pose smoothed against the previous frame's ``last``."""
+    if last is None:
+        return state
+    return dataclasses.replace(state, **{k: smoothing * getattr(last, k) + (1.0 - smoothing) * getattr(state, k)
+                                         for k in POSE})
+
+
+class Redraw:
+    """Driver frames of several sessions -> their drawers' frames (and each session's new state)."""
+
+    def __init__(self, reader: MotionReader | None = None) -> None:
+        self.reader = reader
+
+    def __call__(self, frames: Sequence[list[PublishedFrame]],
+                 states: Sequence[RedrawState]) -> tuple[list[list[PublishedFrame]], list[RedrawState]]:
+        counts = [len(f) for f in frames]
+        if not sum(counts):
+            return [list(f) for f in frames], list(states)
+        driver = np.stack([p.rgb for f in frames for p in f])
+        refs = np.stack([st.driver_reference for st, n in zip(states, counts, strict=True) for _ in range(n)])
+        read = iter(read_motion(driver, refs, self.reader))
+        out: list[list[PublishedFrame]] = []
+        new_states: list[RedrawState] = []
+        for session_frames, state in zip(frames, states, strict=True):
+            last, made = state.last, []
+            for frame in session_frames:
+                last = smooth_pose(next(read), last)
+                made.append(dataclasses.replace(frame, rgb=state.drawer.draw(last)))
+            out.append(made)
+            new_states.append(dataclasses.replace(state, last=last))
+        return out, new_states

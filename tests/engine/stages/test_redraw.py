@@ -1,0 +1,99 @@
+"""Redraw: driver frames in, each session's drawer's frames out at the driver's motion (a photo's own
+pixels, or a bundled avatar drawn by its renderer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.avatars import avatar_image
+from engine.face.detect import detect_faces
+from engine.face.landmarks import face_landmarks
+from engine.face.rig import CLOSED_BELOW, FaceMotion, PhotoRig, photo_motion
+from engine.frames import PublishedFrame
+from engine.photo.avatar import photo_avatar
+from engine.puppet import FaceState, get_identity, reference_image, render
+from engine.puppet.rig import PuppetRig, drawable
+from engine.stages.redraw import Redraw, RedrawState, smooth_pose
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_read_state_moves_the_photo_mouth_and_lids_as_read() -> None:
+    state = FaceState(openness=0.7, wide=0.6, rounded=0.1, blink=1.2, yaw=0.2, tx=0.02)
+    assert photo_motion(state) == FaceMotion(jaw_open=pytest.approx((0.7 - CLOSED_BELOW) / (1 - CLOSED_BELOW)),
+                                             mouth_width=pytest.approx(0.5), blink=1.0, yaw=0.2, tx=0.02)
+    assert photo_motion(FaceState(openness=0.05)).jaw_open == 0.0, "a mouth read nearly closed is closed"
+    assert photo_motion(FaceState(openness=1.0)).jaw_open == 1.0
+
+
+def test_the_head_pose_is_smoothed_and_the_mouth_and_lids_are_not() -> None:
+    first = FaceState(openness=0.7, blink=1.0, yaw=0.2, tx=0.02)
+    assert smooth_pose(first, None) == first
+    then = smooth_pose(FaceState(openness=0.05, yaw=0.0), first, smoothing=0.5)
+    assert then.openness == 0.05 and then.blink == 0.0
+    assert then.yaw == pytest.approx(0.1) and then.tx == pytest.approx(0.01)
+
+
+def test_a_read_state_is_drawn_with_the_shape_weights_the_renderer_gives_it() -> None:
+    shut = drawable(FaceState(openness=-0.02, closed=0.0, blink=-0.1))
+    assert (shut.openness, shut.closed, shut.open, shut.blink) == (0.0, 1.0, 0.0, 0.0)
+    half = drawable(FaceState(openness=0.125, wide=0.3, rounded=0.4))
+    assert half.closed == pytest.approx(0.5) and half.wide == pytest.approx(0.3)
+    assert half.rounded == pytest.approx(0.2) and half.open == pytest.approx(0.0)
+    wide_open = drawable(FaceState(openness=0.8, wide=0.6, rounded=0.1, blink=1.3))
+    weights = wide_open.shape_weights()
+    assert weights.sum() == pytest.approx(1.0) and wide_open.closed == 0.0 and wide_open.blink == 1.0
+    assert wide_open.open == pytest.approx(0.3)
+
+
+def test_driver_frames_become_the_photo_moving_with_them(astronaut) -> None:
+    photo = photo_avatar(astronaut)
+    rig = PhotoRig.from_photo(photo.image, photo.face)
+    driver = "ada"
+    states = [FaceState(), FaceState(openness=0.9, closed=0.0, open=1.0), FaceState()]
+    frames = [PublishedFrame(i, 25, render(get_identity(driver), s, 256), np.full(640, i, np.float32), 16000, "N0")
+              for i, s in enumerate(states)]
+    made, (after,) = Redraw()([frames], [RedrawState(rig, avatar_image(driver, (256, 256)))])
+    out = made[0]
+    assert [f.index for f in out] == [0, 1, 2] and [float(f.audio[0]) for f in out] == [0.0, 1.0, 2.0]
+    assert all(f.rgb.shape == (512, 512, 3) for f in out)
+    still = ~rig.motion_region
+    for f in out:
+        assert np.array_equal(f.rgb[still], photo.image[still]), "outside the face the photo's own pixels"
+    gaps = [face_landmarks(f.rgb, detect_faces(f.rgb)[0]).lip_gap() for f in out]
+    rest = photo.face.lip_gap()
+    assert gaps[1] > rest + 0.2 * photo.face.mouth_width, (gaps, rest)
+    assert max(abs(gaps[0] - rest), abs(gaps[2] - rest)) < 0.1 * photo.face.mouth_width, (gaps, rest)
+    assert after.last is not None and photo_motion(after.last).jaw_open < 0.3
+
+
+def test_a_bundled_avatar_is_drawn_sharp_at_the_motion_of_its_soft_driver_frames() -> None:
+    """Blurred driver frames (what the decoder gives) come back as the renderer's own frames at
+    the motion read off them: an open mouth opens, a closed one closes, and the pixels are the
+    renderer's (sharper than the driver: more gradient energy), in the session's order."""
+    import cv2
+
+    ada = get_identity("ada")
+    states = [FaceState(), FaceState(openness=0.8, closed=0.0, open=1.0), FaceState(blink=1.0)]
+    sharp = [render(ada, s, 256) for s in states]
+    soft = [cv2.GaussianBlur(f, (0, 0), 1.5) for f in sharp]
+    frames = [PublishedFrame(i, 25, f, np.zeros(640, np.float32), 16000, "N0") for i, f in enumerate(soft)]
+    rig = PuppetRig(ada, 256)
+    made, (after,) = Redraw()([frames], [RedrawState(rig, reference_image(ada, 256))])
+    out = [f.rgb for f in made[0]]
+
+    def energy(f: np.ndarray) -> float:
+        return float(np.abs(cv2.Laplacian(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), cv2.CV_32F)).mean())
+
+    assert all(energy(o) > 1.3 * energy(s) for o, s in zip(out, soft, strict=True))
+
+    def mae(x: np.ndarray, y: np.ndarray) -> float:
+        return float(np.abs(x.astype(np.int16) - y).mean())
+
+    for k, o in enumerate(out):
+        to_truth = [mae(o, t) for t in sharp]
+        assert int(np.argmin(to_truth)) == k, ("nearest the renderer's frame of its own state", k, to_truth)
+        assert to_truth[k] < 0.5 * mae(soft[k], sharp[k]), "nearer the renderer's frame than its blurred driver"
+    assert np.array_equal(out[2], rig.draw(after.last)), "the frame is the renderer's, at the motion carried on"
+    assert after.last is not None and after.last.blink > 0.3
