@@ -54,14 +54,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     from engine.face.checks import FaceError
     from engine.frames import drain
     from engine.media.mp4 import Mp4Writer
+    from engine.pipeline import Pipeline
 
     if args.image and args.avatar:
         raise CliError("give either --avatar or --image, not both")
+    if args.drawn and args.image:
+        raise CliError("--drawn draws a bundled avatar; a photo's frames are always its own pixels")
     image = load_image(args.image) if args.image else None
     pipe = _pipeline(args)
+    if args.drawn and not isinstance(pipe, Pipeline):
+        raise CliError(f"--drawn needs a learned engine; --config {args.config} draws with the renderer already")
+    drawn = {"drawn": True} if args.drawn else {}
     pcm = load_audio(args.audio, pipe.sample_rate)
     try:  # the session opens here: an unknown avatar, or a photo without a usable face, fails now
-        session = pipe.open_session(avatar=args.avatar, image=image, seed=args.seed)
+        session = pipe.open_session(avatar=args.avatar, image=image, seed=args.seed, **drawn)
     except FaceError as exc:
         raise CliError(f"{args.image}: {exc}") from None
     except (KeyError, ValueError) as exc:
@@ -175,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", required=True, help="output .mp4")
     render.add_argument("--avatar", default=None, help="bundled avatar name")
     render.add_argument("--image", default=None, help="reference image of the avatar")
+    render.add_argument("--drawn", action="store_true",
+                        help="draw the bundled avatar with its renderer at the generated motion (sharp) "
+                             "instead of showing the decoder's frames")
     render.add_argument("--quiet", action="store_true")
     _engine_args(render)
     render.set_defaults(func=cmd_render)

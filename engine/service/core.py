@@ -123,7 +123,7 @@ class EngineCore:
             raise SessionRefused(f"{slot_count} frame slots cannot hold one step ({self.step_frames} frames)")
         try:
             pipe = self.pipes[spec.preset]
-            stream = pipe.open_session(avatar=spec.avatar, photo=spec.photo, seed=spec.seed)
+            stream = pipe.open_session(avatar=spec.avatar, photo=spec.photo, seed=spec.seed, drawn=spec.drawn)
         except (KeyError, ValueError) as exc:
             raise SessionRefused(str(exc).strip("'\"")) from None
         ladder = self.presets[spec.preset]

@@ -21,12 +21,14 @@ class SessionSpec:
     """What a session is opened with: a bundled avatar or a photo avatar, a seed, a preset.
 
     A photo session's ``avatar`` (default: the engine's default) is the face whose motion the
-    photo copies."""
+    photo copies. ``drawn``: a bundled avatar's frames are drawn by its renderer at the
+    generated motion (``engine.stages.redraw``) instead of the decoder's."""
 
     avatar: str | None = None
     photo: PhotoAvatar | None = None  # found and cropped where the photo arrived
     seed: int = 0
     preset: str = "quality"
+    drawn: bool = False
 
     def frame_size(self, info: EngineInfo) -> tuple[int, int]:
         """(height, width) of this session's frames."""

@@ -42,6 +42,10 @@ class SessionCreate(_Message):
     )
     mode: Mode | None = Field(None, description="mirror: the microphone drives the avatar; agent: the control API")
     quality: str | None = Field(None, description="engine preset; the server's configured one when omitted")
+    drawn: bool | None = Field(
+        None, description="a bundled avatar drawn by its renderer at the generated motion (sharp) instead of the "
+        "decoder's frames; server default when omitted; a photo's frames are always its own pixels"
+    )
     record: bool = Field(False, description="write the session as H.264/AAC MP4 to the server's record folder")
     voice: Voice | None = Field(None, description="voice for `speak`: an espeak-ng voice, or a Piper voice name")
     barge_in: bool | None = Field(None, description="agent mode: user speech interrupts the avatar (server default)")

@@ -137,9 +137,10 @@ class Engine:
             raise ImageError(str(exc)) from None
 
     async def open(self, preset: str, avatar: str | None, photo: PhotoAvatar | None, seed: int,
-                   name: str) -> EngineLink:
+                   name: str, drawn: bool = False) -> EngineLink:
         """A session on the least loaded worker; :class:`EngineError` if none can take it."""
-        stream = await self.client.open(SessionSpec(avatar=avatar, photo=photo, seed=seed, preset=preset), name)
+        spec = SessionSpec(avatar=avatar, photo=photo, seed=seed, preset=preset, drawn=drawn)
+        stream = await self.client.open(spec, name)
         return EngineLink(stream, preset, name)
 
 

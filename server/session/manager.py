@@ -72,7 +72,8 @@ class SessionManager:
             )
         sid = "s_" + secrets.token_hex(8)
         try:
-            link = await self.engine.open(preset, options.avatar, photo, options.seed, name=sid)
+            drawn = self.settings.drawn if options.drawn is None else options.drawn
+            link = await self.engine.open(preset, options.avatar, photo, options.seed, name=sid, drawn=drawn)
         except EngineError as exc:
             if exc.code in ("at_capacity", "engine_unavailable"):
                 self.metrics.sessions_rejected.labels(exc.code).inc()

@@ -117,6 +117,36 @@ def test_render_writes_a_playable_h264_aac_mp4(speech_wav: Path, tmp_path: Path)
     assert max(corr) > 0.9 and abs(lags[int(np.argmax(corr))]) <= 16
 
 
+def test_a_drawn_render_is_the_avatar_drawn_sharp_at_the_generated_motion(speech_wav: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """``--drawn``: the same speech, seed and avatar; each frame is the renderer's drawing of the
+    avatar (measured: 24% more edge detail than the decoder's frames; mouth motion r 0.97 with theirs)."""
+    from engine.puppet import reference_image
+
+    def pictures(*extra: str) -> np.ndarray:
+        out = tmp_path / f"talk{len(extra)}.mp4"
+        code, _, err = run_cli(capsys, "--audio", str(speech_wav), "--out", str(out), "--avatar", "ada", *extra)
+        assert code == 0, err
+        with av.open(str(out)) as container:
+            return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+    decoded, drawn = pictures(), pictures("--drawn")
+    assert decoded.shape == drawn.shape and drawn.shape[1:] == (256, 256, 3)
+
+    def edges(frames: np.ndarray) -> float:
+        grey = frames.astype(np.float32).mean(-1)
+        return float(np.abs(np.diff(grey, axis=1)).mean() + np.abs(np.diff(grey, axis=2)).mean())
+
+    assert edges(drawn) > 1.12 * edges(decoded), (edges(drawn), edges(decoded))
+    rest = reference_image("ada", 256).astype(np.float32)
+    mouth = (slice(None), slice(150, 215), slice(88, 168))
+
+    def motion(frames: np.ndarray) -> np.ndarray:
+        return np.abs(frames.astype(np.float32) - rest)[mouth].mean(axis=(1, 2, 3))
+
+    assert np.corrcoef(motion(drawn), motion(decoded))[0, 1] > 0.7, "the mouth moves as the generated one does"
+
+
 # --- audio input formats --------------------------------------------------------------------------
 
 FORMATS = [
@@ -186,6 +216,8 @@ CASES = {
     "output folder missing": (["--audio", "{speech}", "--out", "{out_dir}/no/such/dir/x.mp4"], "does not exist"),
     "output is a folder": (["--audio", "{speech}", "--out", "{out_dir}"], "directory"),
     "unknown avatar": (["--audio", "{speech}", "--avatar", "nobody-here"], "unknown avatar"),
+    "drawn photo": (["--audio", "{speech}", "--image", "{faceless}", "--drawn"], "always its own pixels"),
+    "drawn puppet": (["--audio", "{speech}", "--config", "puppet", "--drawn"], "draws with the renderer already"),
     "steps 0": (["--audio", "{speech}", "--steps", "0"], "--steps"),
     "steps 9": (["--audio", "{speech}", "--steps", "9"], "--steps"),
 }
