@@ -21,7 +21,7 @@ photo is scored by what mediapipe's face mesh (``engine.face``) reads back from 
   reader, photo warp), batch (the clips) and streamed (the long session).
 
 ``python -m engine.eval.photo --pictures PNG`` draws the astronaut portrait and the default
-bundled avatar side by side (reference, mouth closed, mouth open).
+bundled avatar side by side (reference, mouth closed, mouth open; the avatar decoded and drawn).
 """
 
 from __future__ import annotations
@@ -498,7 +498,8 @@ def closed_and_open(frames: np.ndarray, openness: np.ndarray, speaking: np.ndarr
 
 def pictures(path: Path, pipe: Pipeline, photo: PhotoAvatar, tile: int = 384) -> None:
     """One PNG: the photo's crop, a mouth-closed and a mouth-open frame of a held-out speech render;
-    below, the same for the default bundled avatar (its reference upscaled to the photo's size)."""
+    below, the same for the default bundled avatar (its reference upscaled to the photo's size), as
+    decoded and as drawn (``drawn=True``), with the eyes of both open frames side by side, enlarged."""
     from engine.avatars import DEFAULT_AVATAR, avatar_image
     from engine.eval.probe import measure_openness
 
@@ -511,6 +512,10 @@ def pictures(path: Path, pipe: Pipeline, photo: PhotoAvatar, tile: int = 384) ->
     ref = avatar_image(DEFAULT_AVATAR, pipe.frame_size)
     stylised = np.stack([f.rgb for f in pipe.render(clip.pcm, avatar=DEFAULT_AVATAR)])
     s_closed, s_open = closed_and_open(stylised, measure_openness(stylised, ref), speaking)
+    drawn = np.stack([f.rgb for f in pipe.render(clip.pcm, avatar=DEFAULT_AVATAR, drawn=True)])
+    d_closed, d_open = closed_and_open(drawn, measure_openness(drawn, ref), speaking)
+    h = ref.shape[0]
+    eyes = np.concatenate([f[int(0.3 * h):int(0.55 * h), int(0.25 * h):int(0.75 * h)] for f in (s_open, d_open)])
 
     def up(img: np.ndarray) -> np.ndarray:
         return cv2.resize(img, (tile, tile), interpolation=cv2.INTER_AREA if img.shape[0] > tile else cv2.INTER_CUBIC)
@@ -519,6 +524,8 @@ def pictures(path: Path, pipe: Pipeline, photo: PhotoAvatar, tile: int = 384) ->
         [("photo crop (reference)", photo.image), ("photo, mouth closed", p_closed), ("photo, mouth open", p_open)],
         [(f"bundled '{DEFAULT_AVATAR}' (reference)", ref), (f"'{DEFAULT_AVATAR}', mouth closed", s_closed),
          (f"'{DEFAULT_AVATAR}', mouth open", s_open)],
+        [(f"'{DEFAULT_AVATAR}' drawn, mouth closed", d_closed), (f"'{DEFAULT_AVATAR}' drawn, mouth open", d_open),
+         ("eyes: decoded over drawn", eyes)],
     ]
     sheet = np.concatenate([np.concatenate([_labelled(up(img), text) for text, img in row], axis=1) for row in rows])
     from PIL import Image
