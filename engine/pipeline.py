@@ -255,10 +255,10 @@ class Pipeline(ConfiguredEngine):
 
             return PhotoRig.from_photo(photo.image, photo.face)
         from engine.avatars import DEFAULT_AVATAR
-        from engine.puppet import get_identity
+        from engine.puppet import Identity, get_identity
         from engine.puppet.rig import PuppetRig
 
-        identity = get_identity(avatar or DEFAULT_AVATAR) if avatar is None or isinstance(avatar, str) else avatar
+        identity = avatar if isinstance(avatar, Identity) else get_identity(avatar or DEFAULT_AVATAR)
         return PuppetRig(identity, max(self.frame_size))
 
     def render(self, pcm: np.ndarray, avatar: str | None = None, image: np.ndarray | None = None,
