@@ -1,5 +1,6 @@
-"""Motion reader: a small CNN that reads the face's motion (jaw, mouth shape, blink, head pose)
-from a frame the DiT generated, so a photograph can be warped to do what the generated face does.
+"""Motion reader: a small CNN that reads the face's motion (jaw, mouth shape, blink, head pose,
+brows, gaze) from a frame the DiT generated, so a photograph can be warped, or a bundled avatar
+redrawn, to do what the generated face does.
 
 The engine keeps generating a stylised driver face from audio (its lip sync, idle motion and
 continuity are what the model was trained for); the photo avatar copies that face's motion.
@@ -40,6 +41,7 @@ EYE_INPUT = (48, 96)
 OUTPUTS: tuple[tuple[str, float], ...] = (
     ("openness", 1.0), ("blink", 1.0), ("wide", 1.0), ("rounded", 1.0),
     ("yaw", 0.3), ("pitch", 0.25), ("roll", 0.15), ("tx", 0.04), ("ty", 0.03),
+    ("brow", 1.0), ("gaze_x", 0.6), ("gaze_y", 0.4),
 )
 SCALES = torch.tensor([scale for _, scale in OUTPUTS])
 

@@ -3,8 +3,8 @@
 ``PuppetRig`` is the stylised avatars' drawer for ``engine.stages.redraw``: the DiT generates
 the avatar's motion from audio, the motion reader reads it back from each generated frame,
 and the renderer draws the avatar at it. The frames are as sharp as the renderer's own (the
-autoencoder's blur never reaches them) and the identity is exact by construction. What the
-reader does not read (gaze, brows) stays at rest.
+autoencoder's blur never reaches them) and the identity is exact by construction; the mouth,
+blinks, head pose, brows and gaze are the generated face's as the reader sees them.
 """
 
 from __future__ import annotations
@@ -31,8 +31,13 @@ def drawable(state: FaceState) -> FaceState:
     parted = min(openness / SHAPE_ONSET, 1.0)
     wide = min(max(state.wide, 0.0), parted)
     rounded = min(max(state.rounded, 0.0), parted - wide)
-    return dataclasses.replace(state, openness=openness, blink=min(max(state.blink, 0.0), 1.0), closed=1.0 - parted,
-                               open=parted - wide - rounded, wide=wide, rounded=rounded)
+    return dataclasses.replace(state, openness=openness, blink=_clamp(state.blink, 0.0), closed=1.0 - parted,
+                               open=parted - wide - rounded, wide=wide, rounded=rounded, brow=_clamp(state.brow),
+                               gaze_x=_clamp(state.gaze_x), gaze_y=_clamp(state.gaze_y))
+
+
+def _clamp(value: float, low: float = -1.0) -> float:
+    return min(max(value, low), 1.0)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if earlier is not None and stage in continued:
             entry = {**entry, "seconds": round(entry["seconds"] + earlier["seconds"], 1), "continued_from": earlier}
         card["stages"][stage] = entry
-        card_path.write_text(json.dumps(card, indent=2))
+        card_path.write_text(json.dumps(card, indent=2) + "\n")
 
     latent_path = out.parent / f".{config.name}-latents.pt"
     for stage in stages:

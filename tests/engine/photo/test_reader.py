@@ -16,7 +16,8 @@ def test_reader_follows_mouth_and_head_of_new_faces() -> None:
     read = []
     for k in range(len(refs)):
         read += read_motion(frames[k * 12:(k + 1) * 12], refs[k])
-    for name, floor in (("openness", 0.9), ("blink", 0.8), ("yaw", 0.8), ("pitch", 0.8), ("roll", 0.8), ("tx", 0.8)):
+    for name, floor in (("openness", 0.9), ("blink", 0.8), ("yaw", 0.8), ("pitch", 0.8), ("roll", 0.8), ("tx", 0.8),
+                        ("brow", 0.3), ("gaze_x", 0.7), ("gaze_y", 0.5)):
         truth = np.array([getattr(s, name) for s in states])
         got = np.array([getattr(s, name) for s in read])
         r = np.corrcoef(truth, got)[0, 1]

@@ -13,7 +13,7 @@ from engine.face.rig import CLOSED_BELOW, FaceMotion, PhotoRig, photo_motion
 from engine.frames import PublishedFrame
 from engine.photo.avatar import photo_avatar
 from engine.puppet import FaceState, get_identity, reference_image, render
-from engine.puppet.rig import PuppetRig, drawable
+from engine.puppet.rig import PuppetRig
 from engine.stages.redraw import Redraw, RedrawState, smooth_pose
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,18 +33,6 @@ def test_the_head_pose_is_smoothed_and_the_mouth_and_lids_are_not() -> None:
     then = smooth_pose(FaceState(openness=0.05, yaw=0.0), first, smoothing=0.5)
     assert then.openness == 0.05 and then.blink == 0.0
     assert then.yaw == pytest.approx(0.1) and then.tx == pytest.approx(0.01)
-
-
-def test_a_read_state_is_drawn_with_the_shape_weights_the_renderer_gives_it() -> None:
-    shut = drawable(FaceState(openness=-0.02, closed=0.0, blink=-0.1))
-    assert (shut.openness, shut.closed, shut.open, shut.blink) == (0.0, 1.0, 0.0, 0.0)
-    half = drawable(FaceState(openness=0.125, wide=0.3, rounded=0.4))
-    assert half.closed == pytest.approx(0.5) and half.wide == pytest.approx(0.3)
-    assert half.rounded == pytest.approx(0.2) and half.open == pytest.approx(0.0)
-    wide_open = drawable(FaceState(openness=0.8, wide=0.6, rounded=0.1, blink=1.3))
-    weights = wide_open.shape_weights()
-    assert weights.sum() == pytest.approx(1.0) and wide_open.closed == 0.0 and wide_open.blink == 1.0
-    assert wide_open.open == pytest.approx(0.3)
 
 
 def test_driver_frames_become_the_photo_moving_with_them(astronaut) -> None:
