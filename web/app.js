@@ -87,6 +87,8 @@ async function loadInfo() {
   };
   fill($("avatar"), state.info.avatars, params.get("avatar") || state.info.avatars[0]);
   $("image-label").hidden = !state.info.reference_images;
+  $("drawn-label").hidden = !state.info.reference_images;  // only a generating engine draws
+  $("drawn").checked = params.has("drawn") ? params.get("drawn") !== "0" : Boolean(state.info.drawn);
   fill($("quality"), state.info.presets, params.get("quality") || state.info.default_preset);
   $("mode").value = params.get("mode") || state.info.default_mode;
   $("token-row").hidden = !state.info.auth_required || Boolean(state.attached);
@@ -142,10 +144,14 @@ async function openMicrophone(mode) {
   }
 }
 
-// A bundled avatar by name, or the portrait picked in the file input (base64, as the API takes it).
+// A bundled avatar by name (drawn or decoded), or the portrait picked in the file input (base64,
+// as the API takes it).
 async function chosenAvatar() {
   const file = $("image").files?.[0];
-  if (!file) return { avatar: $("avatar").value || null };
+  if (!file) {
+    const drawn = $("drawn-label").hidden ? {} : { drawn: $("drawn").checked };
+    return { avatar: $("avatar").value || null, ...drawn };
+  }
   if (file.size > state.info.max_image_bytes) {
     throw new Error(`The image is over ${Math.round(state.info.max_image_bytes / 1024)} KiB.`);
   }
@@ -296,6 +302,7 @@ function setRunning(running) {
   $("mode").disabled = Boolean(state.attached);
   $("barge-in").disabled = Boolean(state.attached);
   $("avatar").disabled = running;
+  $("drawn").disabled = running;
   $("image").disabled = running;
   $("quality").disabled = running;
 }

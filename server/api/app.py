@@ -192,6 +192,7 @@ def create_app(
         return {
             "avatars": m.engine.avatars,
             "reference_images": base.accepts_images,
+            "drawn": settings.drawn and base.accepts_images,  # what a session gets unless it asks
             "max_image_bytes": settings.max_image_bytes,
             "presets": list(base.presets),
             "default_preset": m.default_preset,
@@ -228,6 +229,7 @@ def create_app(
             ice_servers=settings.ice_servers,
             mode=session.mode,
             avatar=session.avatar,
+            drawn=session.link.drawn,
             fps=session.fps,
             sample_rate=session.sample_rate,
             width=session.width,

@@ -59,6 +59,7 @@ class SessionCreated(BaseModel):
     ice_servers: list[IceServer]
     mode: Mode
     avatar: str | None
+    drawn: bool = Field(description="the bundled avatar is drawn by its renderer at the generated motion")
     fps: int
     sample_rate: int
     width: int

@@ -141,7 +141,7 @@ class Engine:
         """A session on the least loaded worker; :class:`EngineError` if none can take it."""
         spec = SessionSpec(avatar=avatar, photo=photo, seed=seed, preset=preset, drawn=drawn)
         stream = await self.client.open(spec, name)
-        return EngineLink(stream, preset, name)
+        return EngineLink(stream, preset, name, drawn=drawn and photo is None and self.info.accepts_images)
 
 
 class FrameSink(Protocol):
@@ -158,8 +158,9 @@ class FrameSink(Protocol):
 class EngineLink:
     """One session's engine."""
 
-    def __init__(self, stream: EngineStream, preset: str, name: str) -> None:
+    def __init__(self, stream: EngineStream, preset: str, name: str, drawn: bool = False) -> None:
         self.stream = stream
+        self.drawn = drawn  # a bundled avatar drawn by its renderer at the generated motion
         self.info = stream.info
         self.frame_size = stream.slots.height, stream.slots.width  # a photo session's differ from info's
         self.preset = preset

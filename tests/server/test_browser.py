@@ -78,6 +78,25 @@ async def test_own_photo_from_the_page(tmp_path, astronaut):
         assert await wait_until(lambda: not srv.manager.sessions, 10)
 
 
+async def test_the_page_asks_for_a_drawn_avatar_as_the_server_suggests_or_the_user_ticks(tmp_path):
+    """The "sharp (drawn)" box starts as the server's default (or ``?drawn=``) and the session
+    follows it."""
+    async with running_server(make_settings(max_sessions=1, drawn=True)) as srv, chromium(tmp_path) as (_, page):
+        for query, untick, drawn in (("", False, True), ("", True, False), ("&drawn=0", False, False)):
+            await page.goto(f"{srv.url}/?mode=mirror{query}")
+            assert await page.is_visible("#drawn")
+            if untick:
+                await page.uncheck("#drawn")
+            await page.click("#start")
+            assert await wait_until(lambda: len(srv.manager.sessions) == 1, 15)
+            (session,) = srv.manager.sessions.values()
+            assert session.link.drawn is drawn, (query, untick)
+            await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 5", timeout=30_000)
+            assert await page.is_disabled("#drawn"), "the choice is fixed while the session runs"
+            await page.click("#stop")
+            assert await wait_until(lambda: not srv.manager.sessions, 10)
+
+
 async def test_a_page_arriving_while_the_engine_measures_waits_its_turn(tmp_path):
     """Right after admitting a session the worker answers 503 at_capacity with a short Retry-After;
     the page says so, waits, and connects."""

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 async def speaking_frames(srv, **create) -> np.ndarray:
     """The frames a viewer receives while the session says 3 s of speech."""
     async with live_session(srv, avatar="ada", **create) as live:
+        assert live.session["drawn"] is create.get("drawn", True), "the answer says how the avatar is drawn"
         assert await wait_until(lambda: len(live.media.video) >= 10, 30)
         rate = live.session["sample_rate"]
         await live.events.send(append_message(speech_pcm16(rate)[: 3 * rate], rate, "hello"))
