@@ -91,16 +91,27 @@ class MotionReader(nn.Module):
         return self.head(torch.cat(towers, dim=1))
 
 
-def paired_crops(frames: np.ndarray, refs: np.ndarray, per_ref: int | None = None) -> list[torch.Tensor]:
-    """Each tower's (N, 6, ., .) input: a frame's crop beside its reference's. ``refs`` is one
-    per ``per_ref`` frames, one per frame (None), or a single (H, W, 3) image for all."""
+ReferenceCrops = tuple[torch.Tensor, ...]  # each tower's (R, 3, ., .) crops of R references
+
+
+def reference_crops(refs: np.ndarray) -> ReferenceCrops:
+    """Each tower's crops of a neutral (H, W, 3) image or of (R, H, W, 3) ones. A session's
+    reference never changes: cropped once, it serves every frame (cropping is most of a read)."""
     refs = np.asarray(refs)
-    refs = refs[None] if refs.ndim == 3 else refs
+    return tuple(crop(refs[None] if refs.ndim == 3 else refs) for crop in CROPS)
+
+
+def paired_crops(frames: np.ndarray, refs: np.ndarray | ReferenceCrops,
+                 repeats: int | torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Each tower's (N, 6, ., .) input: a frame's crop beside its reference's. ``refs`` (images,
+    or their ``reference_crops``) is one per ``repeats`` frames (a count, or one count per
+    reference), one per frame (None), or a single one for all."""
+    ref_crops = reference_crops(refs) if isinstance(refs, np.ndarray) else refs
     out = []
-    for crop in CROPS:
-        x, r = crop(frames), crop(refs)
-        if per_ref:
-            r = r.repeat_interleave(per_ref, dim=0)
+    for crop, r in zip(CROPS, ref_crops, strict=True):
+        x = crop(frames)
+        if repeats is not None:
+            r = r.repeat_interleave(repeats, dim=0)
         elif len(r) == 1:
             r = r.expand(x.shape[0], -1, -1, -1)
         out.append(torch.cat([x, r], dim=1))
@@ -157,12 +168,14 @@ def load_reader(path: Path = READER_PATH) -> MotionReader:
     return net
 
 
-def read_motion(frames: np.ndarray, reference: np.ndarray, reader: MotionReader | None = None) -> list[FaceState]:
+def read_motion(frames: np.ndarray, reference: np.ndarray | ReferenceCrops, reader: MotionReader | None = None,
+                repeats: torch.Tensor | None = None) -> list[FaceState]:
     """The face state of each (T, H, W, 3) uint8 frame of a driver face; ``reference`` is its
-    neutral image (H, W, 3), or one per frame (T, H, W, 3) when the frames are of several drivers."""
+    neutral image (H, W, 3), or one per frame (T, H, W, 3) when the frames are of several
+    drivers, or their ``reference_crops`` (one per ``repeats`` frames where given)."""
     net = reader or load_reader()
     with torch.inference_mode():
-        values = net(*paired_crops(frames, reference)) * SCALES
+        values = net(*paired_crops(frames, reference, repeats)) * SCALES
     return [FaceState(**{name: float(v) for (name, _), v in zip(OUTPUTS, row, strict=True)})
             for row in values.tolist()]
 

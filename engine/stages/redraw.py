@@ -3,7 +3,8 @@
 The DiT generates a stylised driver face from the audio (lip sync, blinks, idle and speaking
 head motion, continuity across chunks: what the model was trained for). This stage reads
 that face's motion from each published driver frame (``MotionReader``, one forward for every
-frame of every redrawn session in the batch) and hands it to the session's ``Drawer``:
+frame of every redrawn session in the batch, each session's reference cropped once) and hands it
+to the session's ``Drawer``:
 
 - a photograph's ``PhotoRig`` warps the photo to it (what does not move stays the photo's
   own pixels);
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from engine.frames import PublishedFrame
-from engine.photo.reader import MotionReader, read_motion
+from engine.photo.reader import MotionReader, ReferenceCrops, read_motion, reference_crops
 from engine.puppet import FaceState
 
 # Share of the previous frame's head pose kept per frame: reading pose from one soft frame is
@@ -49,6 +51,11 @@ class RedrawState:
     drawer: Drawer
     driver_reference: np.ndarray  # (H, W, 3) uint8: the driver avatar's reference image
     last: FaceState | None = None
+    driver_crops: ReferenceCrops = ()  # the reference as the reader takes it; cropped when empty
+
+    def __post_init__(self) -> None:
+        if not self.driver_crops:
+            object.__setattr__(self, "driver_crops", reference_crops(self.driver_reference))
 
 
 def smooth_pose(state: FaceState, last: FaceState | None, smoothing: float = POSE_SMOOTHING) -> FaceState:
@@ -71,8 +78,8 @@ class Redraw:
         if not sum(counts):
             return [list(f) for f in frames], list(states)
         driver = np.stack([p.rgb for f in frames for p in f])
-        refs = np.stack([st.driver_reference for st, n in zip(states, counts, strict=True) for _ in range(n)])
-        read = iter(read_motion(driver, refs, self.reader))
+        refs = tuple(torch.cat(tower) for tower in zip(*(st.driver_crops for st in states), strict=True))
+        read = iter(read_motion(driver, refs, self.reader, repeats=torch.tensor(counts)))
         out: list[list[PublishedFrame]] = []
         new_states: list[RedrawState] = []
         for session_frames, state in zip(frames, states, strict=True):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from engine.eval.probe import HELD_OUT_SEED, puppet_frames
-from engine.photo.reader import read_motion
+from engine.photo.reader import read_motion, reference_crops
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,8 +27,10 @@ def test_reader_follows_mouth_and_head_of_new_faces() -> None:
     assert closed and np.median(closed) < 0.12, "a closed mouth reads as closed"
 
 
-def test_per_frame_references_read_the_same_as_one() -> None:
+def test_per_frame_references_read_the_same_as_one_and_as_crops_made_once() -> None:
     frames, refs, _ = puppet_frames(range(HELD_OUT_SEED + 600, HELD_OUT_SEED + 601), 4, seed=3)
     one = read_motion(frames, refs[0])
     each = read_motion(frames, np.repeat(refs, 4, axis=0))
+    cropped = read_motion(frames, reference_crops(refs), repeats=torch.tensor([4]))
     assert [s.openness for s in one] == pytest.approx([s.openness for s in each], abs=1e-4)
+    assert [s.openness for s in one] == pytest.approx([s.openness for s in cropped], abs=1e-4)
