@@ -25,10 +25,8 @@ import cv2
 import numpy as np
 
 from engine.face.checks import FaceError, find_face
-from engine.face.landmarks import JAW, LIPS_OUTER_LOWER, LIPS_OUTER_UPPER, Face
+from engine.face.landmarks import CHEEKBONES, JAW, LIPS_OUTER_LOWER, LIPS_OUTER_UPPER, Face
 from engine.photo.avatar import photo_avatar
-
-CHEEKBONES = (50, 280)  # mesh points on the cheeks below the eyes: bare skin in most photos
 
 Draw = Callable[[np.ndarray, Face], np.ndarray]
 

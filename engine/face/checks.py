@@ -1,8 +1,9 @@
 """Find the one face to animate in a photograph, or say in a few words why there is none.
 
 ``find_face`` runs the detector and the face mesh and refuses what the photo rig cannot
-animate: no face, a face too small (eyes closer than ``MIN_INTEROCULAR`` pixels), or a
-face turned too far from the camera (estimated yaw beyond ``MAX_YAW_DEGREES``).
+animate: no face, a face too small (eyes closer than ``MIN_INTEROCULAR`` pixels), a
+face turned too far from the camera (estimated yaw beyond ``MAX_YAW_DEGREES``), or a face
+whose mouth is covered (``engine.face.occlusion``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 
 from engine.face.detect import ZOOMS, detect_faces
 from engine.face.landmarks import LEFT_CHEEK, MIN_PRESENCE, NOSE_TIP, RIGHT_CHEEK, Face, face_landmarks
+from engine.face.occlusion import mouth_visibility
 
 MIN_INTEROCULAR = 40.0
 MAX_YAW_DEGREES = 30.0
@@ -60,6 +62,13 @@ def check_face(face: Face) -> Face:
     return face
 
 
+def check_mouth(image: np.ndarray, face: Face) -> Face:
+    """``face`` if its mouth is in view in ``image``, else ``FaceError``."""
+    if mouth_visibility(image, face).covered:
+        raise FaceError("the mouth is covered: a photo with the lips in view is needed")
+    return face
+
+
 def find_face(image: np.ndarray) -> Face:
     """The face to animate in an (H, W, 3) RGB uint8 photo, landmarks in its pixels.
 
@@ -68,7 +77,8 @@ def find_face(image: np.ndarray) -> Face:
     mesh confirms a face (the detector also proposes things the mesh does not take for one, and
     a face small in a wide shot is found only in tiles). Raises
     ``FaceError`` with a short reason: "no face found", a face too small to animate (eyes
-    closer than 40 px, the size is in the reason), or a face turned too far (> 30 degrees).
+    closer than 40 px, the size is in the reason), a face turned too far (> 30 degrees), or a
+    mouth covered by something (a hand, a microphone).
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
@@ -77,5 +87,5 @@ def find_face(image: np.ndarray) -> Face:
         for box in sorted(detect_faces(image, zoom), key=lambda b: -b.width * b.height):
             face = face_landmarks(image, box)
             if face.presence >= MIN_PRESENCE:
-                return check_face(face)
+                return check_mouth(image, check_face(face))
     raise FaceError("no face found")

@@ -54,6 +54,7 @@ JAW = (132, 58, 172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397,
 NOSE_TIP = 1
 CHIN = 152
 FOREHEAD = 10
+CHEEKBONES = (50, 280)  # on the cheeks below the eyes: bare skin in most photos
 RIGHT_CHEEK = 234  # the oval's point at ear level on the subject's right (image left)
 LEFT_CHEEK = 454
 RIGHT_EYE_CORNERS = (33, 133)

@@ -182,7 +182,9 @@ def test_load_audio_keeps_the_duration_of_odd_rates(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path) -> dict[str, Path]:
+def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path, astronaut: np.ndarray) -> dict[str, Path]:
+    from engine.eval.variants import make_variants
+
     folder = tmp_path_factory.mktemp("bad")
     text = folder / "notes.txt"
     text.write_text("this is not audio\n" * 20)
@@ -191,7 +193,10 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path) -> di
     assert empty.stat().st_size == 44  # a header and nothing else
     faceless = folder / "wall.png"
     Image.fromarray(np.full((300, 300, 3), 120, np.uint8)).save(faceless)
-    return {"speech": speech_wav, "text": text, "empty": empty, "missing": folder / "nope.wav", "faceless": faceless}
+    covered = folder / "covered.png"
+    Image.fromarray(make_variants(astronaut, ["hand"])["hand"]).save(covered)
+    return {"speech": speech_wav, "text": text, "empty": empty, "missing": folder / "nope.wav", "faceless": faceless,
+            "covered": covered}
 
 
 def run_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -213,6 +218,7 @@ CASES = {
     "unreadable image": (["--audio", "{speech}", "--image", "{text}"], "not a PNG, JPEG, WebP or GIF image"),
     "missing image": (["--audio", "{speech}", "--image", "{missing}"], "not found"),
     "image without a face": (["--audio", "{speech}", "--image", "{faceless}"], "wall.png: no face found"),
+    "mouth covered": (["--audio", "{speech}", "--image", "{covered}"], "covered.png: the mouth is covered"),
     "output folder missing": (["--audio", "{speech}", "--out", "{out_dir}/no/such/dir/x.mp4"], "does not exist"),
     "output is a folder": (["--audio", "{speech}", "--out", "{out_dir}"], "directory"),
     "unknown avatar": (["--audio", "{speech}", "--avatar", "nobody-here"], "unknown avatar"),

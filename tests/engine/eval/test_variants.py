@@ -62,6 +62,7 @@ def test_variants_a_user_may_bring_are_animated(variants, name):
     assert face.interocular >= 40
 
 
-def test_half_size_is_refused_as_too_small(variants):
-    with pytest.raises(FaceError, match="too small"):
-        find_face(variants["half size"])
+@pytest.mark.parametrize(("name", "reason"), [("half size", "too small"), ("hand", "the mouth is covered")])
+def test_variants_that_cannot_talk_are_refused_with_their_reason(variants, name, reason):
+    with pytest.raises(FaceError, match=reason):
+        find_face(variants[name])

@@ -12,6 +12,7 @@ from image_helpers import encode, halves, png_bomb, raw_png
 from PIL import Image
 from server_helpers import make_settings, running_server
 
+from engine.eval.variants import make_variants
 from engine.media.image import decode_image
 from server.api.errors import ApiError
 from server.api.protocol import SessionCreate
@@ -112,6 +113,9 @@ async def test_a_portrait_becomes_a_photo_avatar_and_faces_that_cannot_be_animat
     small = Image.fromarray(astronaut).resize((358, 358), Image.Resampling.BOX)  # eyes 30 px apart
     error = await refused(encode(small, "PNG"))
     assert (error.status, error.code) == (400, "bad_image") and "too small" in error.message, error.message
+    covered = Image.fromarray(make_variants(astronaut, ["hand"])["hand"])
+    error = await refused(encode(covered, "JPEG"))
+    assert (error.status, error.code) == (400, "bad_image") and "mouth is covered" in error.message, error.message
 
 
 def rss_bytes() -> int:
