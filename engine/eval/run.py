@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from engine.eval import metrics
+from engine.eval.matched import matched_take
 from engine.eval.material import Clip, make_clip, silence, utterance
 from engine.eval.probe import measure_openness
 from engine.frames import PublishedFrame
 from engine.media.audio_io import save_png
 from engine.pipeline import Pipeline
-from engine.puppet import Identity, face_track_from_audio, openness_series, reference_image, render_video
+from engine.puppet import FaceState, Identity, face_track_from_audio, openness_series, reference_image, render_video
 from engine.puppet.engine import PuppetPipeline
 
 # The same speech rendered again with another seed for its blinks and idle head motion: how far
@@ -43,6 +44,9 @@ OTHER_TAKE = 7919
 # the renderer at the motion read off the generated face: ``engine.stages.redraw``).
 LABELS = ("interp", "no_interp", "fast", "drawn")
 DRAWN = "drawn"
+# Against the renderer's take of the clip, and against the take matched to the video's own
+# blinks, gaze, brows and head pose (``engine.eval.matched``).
+SHARPNESS = ("psnr", "ssim", "matched_psnr", "matched_ssim")
 
 THRESHOLDS = {  # issue 4, "Evaluation"
     "lip_sync_r_min": 0.8,
@@ -156,7 +160,9 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
         reference = reference_image(clip.identity, size)
         probe_pairs.append((measure_openness(truth, reference), gt_open))
         other = face_track_from_audio(clip.pcm, clip.sample_rate, first.fps, seed=clip.identity_seed + OTHER_TAKE)
-        other_take.append(sharpness(square_crop(render_video(clip.identity, other, size), h, w), truth))
+        other_frames = square_crop(render_video(clip.identity, other, size), h, w)
+        other_take.append({**sharpness(other_frames, truth),
+                           **matched_sharpness(other_frames, states, clip.identity, reference)})
         if learned:
             rebuilt_all = list(first.reconstruct(truth, reference))
             if DRAWN in ceiling_pairs:
@@ -169,6 +175,7 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
             if sheet is not None and k == 0 and label == next(iter(pipelines)):
                 save_png(sheet, contact_sheet(truth, gen.frames, gt_open))
             scores = score_clip(gen.frames, gen.chunks, truth, gt_open, reference)
+            scores.update(matched_sharpness(gen.frames, states, clip.identity, reference))
             measured = scores.pop("measured_openness")
             pairs[label].append((measured, gt_open[: len(measured)]))
             scores.update(name=clip.name, identity_seed=clip.identity_seed, seconds=round(clip.seconds, 2),
@@ -176,11 +183,12 @@ def evaluate_clips(pipelines: dict[str, Pipeline | PuppetPipeline], clips: list[
             results[label]["clips"].append(scores)
             ls = scores["lip_sync"]
             log(f"  {label:<9} {clip.name}: r={ls['pearson_r']:.3f} lag={ls['best_lag']:+d} "
-                f"seam={_fmt(scores['seam_ratio'])} psnr={scores['psnr']:.2f} ssim={scores['ssim']:.3f}")
+                f"seam={_fmt(scores['seam_ratio'])} psnr={scores['psnr']:.2f} ssim={scores['ssim']:.3f} "
+                f"matched psnr={_fmt(scores['matched_psnr'], '.2f')} ssim={_fmt(scores['matched_ssim'])}")
     for label, res in results.items():
         clips_out = res["clips"]
         res["lip_sync"] = pooled_lip_sync(pairs[label])
-        for key in ("seam_ratio", "psnr", "ssim", "appearance", "real_time_factor"):
+        for key in ("seam_ratio", *SHARPNESS, "appearance", "real_time_factor"):
             res[key] = _mean([c[key] for c in clips_out])
     results["probe_on_ground_truth"] = pooled_lip_sync(probe_pairs)
     results["other_take"] = mean_sharpness(other_take)
@@ -199,8 +207,18 @@ def sharpness(frames: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     return {"psnr": metrics.psnr(frames, truth), "ssim": metrics.ssim(frames, truth)}
 
 
-def mean_sharpness(scores: list[dict[str, float]]) -> dict[str, float | None]:
-    return {key: _mean([s[key] for s in scores]) for key in ("psnr", "ssim")}
+def matched_sharpness(frames: np.ndarray, states: list[FaceState], identity: Identity,
+                      reference: np.ndarray) -> dict[str, float | None]:
+    """PSNR and SSIM of square ``frames`` against their matched take (``engine.eval.matched``):
+    the ground truth's mouth, the video's own blinks, gaze, brows and head pose."""
+    if frames.shape[1] != frames.shape[2]:
+        return {"matched_psnr": None, "matched_ssim": None}
+    scores = sharpness(frames, matched_take(frames, states, identity, reference))
+    return {f"matched_{k}": v for k, v in scores.items()}
+
+
+def mean_sharpness(scores: list[dict[str, float | None]]) -> dict[str, float | None]:
+    return {key: _mean([s[key] for s in scores]) for key in SHARPNESS if key in scores[0]}
 
 
 def long_audio(minutes: float, sample_rate: int, fps: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -364,7 +382,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
 
 def card_entry(result: dict[str, Any]) -> dict[str, Any]:
     """The figures a model card keeps from one ``evaluate`` result."""
-    keys = ("lip_sync", "seam_ratio", "psnr", "ssim", "appearance", "real_time_factor")
+    keys = ("lip_sync", "seam_ratio", *SHARPNESS, "appearance", "real_time_factor")
     entry: dict[str, Any] = {
         label: {k: result[label][k] for k in keys} for label in LABELS if label in result
     }
@@ -425,6 +443,8 @@ def format_table(result: dict[str, Any]) -> str:
         ("seam ratio", lambda r: _fmt(r["seam_ratio"]), "<= 1.20"),
         ("PSNR vs renderer (dB)", lambda r: _fmt(r["psnr"], ".2f"), "report"),
         ("SSIM vs renderer", lambda r: _fmt(r["ssim"]), "report"),
+        ("PSNR vs matched take (dB)", lambda r: _fmt(r["matched_psnr"], ".2f"), ">= 30"),
+        ("SSIM vs matched take", lambda r: _fmt(r["matched_ssim"]), ">= 0.95"),
         ("similarity to reference", lambda r: _fmt(r["appearance"]), "report"),
         ("real-time factor", lambda r: _fmt(r["real_time_factor"], ".2f"), "report"),
     ]
@@ -446,7 +466,8 @@ def format_table(result: dict[str, Any]) -> str:
     other = result.get("other_take")
     if other:
         lines.append("another take of the ground truth (other blinks and idle motion): "
-                     f"PSNR {_fmt(other['psnr'], '.2f')} dB, SSIM {_fmt(other['ssim'])}")
+                     f"PSNR {_fmt(other['psnr'], '.2f')} dB, SSIM {_fmt(other['ssim'])}; against its matched take "
+                     f"PSNR {_fmt(other.get('matched_psnr'), '.2f')} dB, SSIM {_fmt(other.get('matched_ssim'))}")
     long = result.get("long")
     if long:
         lines.append(

@@ -71,3 +71,9 @@ def test_shipped_checkpoint_lip_syncs_a_held_out_clip_without_seams() -> None:
     assert ceiling["drawn"]["psnr"] >= 30.0 and ceiling["drawn"]["ssim"] >= 0.95, ceiling["drawn"]
     assert ceiling["drawn"]["ssim"] > ceiling["autoencoder"]["ssim"] + 0.05, ceiling
     assert ceiling["drawn"]["pearson_r"] >= CEILING_R, ceiling
+    # Against the renderer's take matched to each video's own blinks, gaze and head pose (the
+    # ground truth's mouth), drawn frames are as sharp as the renderer's and the decoder's are not
+    # (measured 34.0 dB / 0.981 drawn, 28.8 dB / 0.917 decoded).
+    drawn, decoded = result["drawn"], result["fast"]
+    assert drawn["matched_psnr"] >= 30.0 and drawn["matched_ssim"] >= 0.95, drawn
+    assert drawn["matched_ssim"] > decoded["matched_ssim"] + 0.03, (drawn, decoded)
