@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         path = WEIGHTS_DIR / "tiny" / "model_card.json"
         card = json.loads(path.read_text())
         command = "python -m engine.eval.variants --card" + (f" --clips {args.clips}" if args.clips != 1 else "")
+        if names:  # the other variants' rows stay as recorded
+            recorded = card.get("evaluation", {}).get("photo_variants", {}).get("rows", [])
+            rows = list(({r["variant"]: r for r in recorded} | {r["variant"]: r for r in rows}).values())
         card.setdefault("evaluation", {})["photo_variants"] = {"image": "skimage.data.astronaut", "clips": args.clips,
                                                                "command": command, "rows": rows}
         path.write_text(json.dumps(card, indent=2) + "\n")
