@@ -9,7 +9,10 @@ closed. Prints each figure's median and range, and the latency budget: every bur
 split into terms read off the server's latency trace (``GET /v1/sessions/{id}/trace``), all on
 the clock the processes of one machine share.
 
-    python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast]
+    python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast] [--image PHOTO]
+
+With ``--image`` the sessions animate that photograph (``image`` in ``POST /v1/sessions``) and the
+mouth is read by the face mesh; ``AVATAR_DRAWN=1`` in the environment draws the bundled avatar.
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import io
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project before tests/engine, a folder of the same name
@@ -152,9 +158,10 @@ def burst_pcm() -> np.ndarray:
     return speech[start:start + int(BURST_S * RATE)]
 
 
-async def session(srv, mode: str, quality: str, mic: MediaStreamTrack | None):
+async def session(srv, mode: str, body: dict, mic: MediaStreamTrack | None):
+    """A session of ``mode`` (``body``: the rest of ``POST /v1/sessions``) and its aiortc peer."""
     for _ in range(20):  # a worker still measuring the last session answers 503 with Retry-After
-        res = await srv.http.post("/v1/sessions", json={"mode": mode, "quality": quality})
+        res = await srv.http.post("/v1/sessions", json={"mode": mode, **body})
         if res.status_code != 503 or "retry-after" not in res.headers:
             break
         await asyncio.sleep(float(res.headers["retry-after"]) + 0.5)
@@ -187,9 +194,30 @@ async def close(srv, s: dict, pc, ws) -> None:
     await ws.close()
 
 
-def openness_of(viewer: Viewer, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+# Frames as received (T, H, W, 3) -> the mouth's openness in each.
+Mouth = Callable[[np.ndarray], np.ndarray]
+
+
+def probe_mouth(reference: np.ndarray) -> Mouth:
+    """A bundled avatar's mouth, read by the evaluation's openness probe beside its reference."""
+    return lambda frames: measure_openness(frames, reference)
+
+
+def mesh_mouth(photo: np.ndarray) -> Mouth:
+    """A photo avatar's mouth: the face mesh's inner-lip gap over the eyes' distance."""
+    from engine.eval.photo import MeshReader, lip_openness
+    from engine.face.checks import find_face
+
+    def read(frames: np.ndarray) -> np.ndarray:
+        mesh = MeshReader(find_face(frames[0]).box)
+        return np.array([lip_openness(mesh(frame)) for frame in frames], np.float32)
+
+    return read
+
+
+def openness_of(viewer: Viewer, mouth: Mouth) -> tuple[np.ndarray, np.ndarray]:
     times = np.array([t for t, _ in viewer.frames])
-    return times, measure_openness(np.stack([rgb for _, rgb in viewer.frames]), reference)
+    return times, mouth(np.stack([rgb for _, rgb in viewer.frames]))
 
 
 async def events_until(ws, kinds: set[str], out: list, stop: asyncio.Event) -> None:
@@ -251,9 +279,9 @@ def budget(trace: dict, onset: float, slots: dict[int, float], times: np.ndarray
     return out
 
 
-def budgets(traces: list[dict], onsets: list[float], viewer: Viewer, reference: np.ndarray, info: dict,
+def budgets(traces: list[dict], onsets: list[float], viewer: Viewer, mouth: Mouth, info: dict,
             heard: bool) -> list[dict[str, float]]:
-    times, opened = openness_of(viewer, reference)
+    times, opened = openness_of(viewer, mouth)
     spf = RATE // info["fps"]
     out = []
     for trace, onset in zip(traces, onsets, strict=False):
@@ -264,9 +292,9 @@ def budgets(traces: list[dict], onsets: list[float], viewer: Viewer, reference: 
     return out
 
 
-async def mirror(srv, quality: str, bursts: int, reference: np.ndarray, info: dict) -> dict:
+async def mirror(srv, body: dict, bursts: int, mouth: Mouth, info: dict) -> dict:
     mic = BurstMic()
-    s, pc, viewer, ws = await session(srv, "mirror", quality, mic)
+    s, pc, viewer, ws = await session(srv, "mirror", body, mic)
     pcm = burst_pcm()
     await asyncio.sleep(4.0)
     traces = []
@@ -276,11 +304,11 @@ async def mirror(srv, quality: str, bursts: int, reference: np.ndarray, info: di
         traces.append(await get_trace(srv, s))
     metrics = [json.loads(m) for m in await drain(ws)]
     await close(srv, s, pc, ws)
-    times, opened = openness_of(viewer, reference)
+    times, opened = openness_of(viewer, mouth)
     lat = [half_rise(times, opened, t) for t in mic.onsets]
     delays = [m["playout_delay_ms"] for m in metrics if m.get("type") == "metrics"]
     return {"mouth_to_screen_s": [x for x in lat if x is not None], "playout_delay_ms": delays[-1] if delays else None,
-            "budget": budgets(traces, mic.onsets, viewer, reference, info, heard=True)}
+            "budget": budgets(traces, mic.onsets, viewer, mouth, info, heard=True)}
 
 
 async def drain(ws, wait_s: float = 0.2) -> list[str]:
@@ -292,8 +320,8 @@ async def drain(ws, wait_s: float = 0.2) -> list[str]:
             return out
 
 
-async def agent(srv, quality: str, bursts: int, reference: np.ndarray, info: dict) -> dict:
-    s, pc, viewer, ws = await session(srv, "agent", quality, None)
+async def agent(srv, body: dict, bursts: int, mouth: Mouth, info: dict) -> dict:
+    s, pc, viewer, ws = await session(srv, "agent", body, None)
     events: list = []
     stop = asyncio.Event()
     reader = asyncio.create_task(events_until(ws, set(), events, stop))
@@ -322,9 +350,9 @@ async def agent(srv, quality: str, bursts: int, reference: np.ndarray, info: dic
         await asyncio.sleep(3.0)
     stop.set()
     reader.cancel()
-    split = budgets(traces, pushed, viewer, reference, info, heard=False)
+    split = budgets(traces, pushed, viewer, mouth, info, heard=False)
     await close(srv, s, pc, ws)
-    times, opened = openness_of(viewer, reference)
+    times, opened = openness_of(viewer, mouth)
     lat = [half_rise(times, opened, t) for t in pushed]
     started = [t for t, e in events if e.get("type") == "playback.started" and e.get("utterance_id") == "hello"]
     idle = float(np.median(opened[(times >= t_speak - 3.0) & (times < t_speak - 0.5)]))
@@ -385,6 +413,7 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=default_engine_threads(),
                    help="engine torch threads (default: as avatar serve)")
     p.add_argument("--quality", default="fast", choices=["fast", "quality"])
+    p.add_argument("--image", default=None, metavar="PHOTO", help="animate this photograph (PNG/JPEG)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     import aioice.ice
@@ -394,12 +423,19 @@ async def main(argv: list[str] | None = None) -> int:
     async with spawned_server(args.config, threads=args.threads, max_sessions=2, startup_s=180) as srv:
         info = (await srv.http.get("/v1/info")).json()
         info["lookahead_samples"] = lookahead_samples(args.config)
-        reference = avatar_image(info["avatars"][0], (info["height"], info["width"]))
-        m = await mirror(srv, args.quality, args.bursts, reference, info)
-        a = await agent(srv, args.quality, args.bursts, reference, info)
+        body: dict = {"quality": args.quality}
+        if args.image:
+            photo = Path(args.image).read_bytes()
+            body["image"] = base64.b64encode(photo).decode()
+            mouth = mesh_mouth(np.asarray(Image.open(io.BytesIO(photo)).convert("RGB")))
+        else:
+            mouth = probe_mouth(avatar_image(info["avatars"][0], (info["height"], info["width"])))
+        m = await mirror(srv, body, args.bursts, mouth, info)
+        a = await agent(srv, body, args.bursts, mouth, info)
         engine = (await srv.http.get("/v1/engine")).json()["workers"][0]
     chunk_ms = sum(engine["chunk_ms"].values())
-    print(f"{args.config} / {args.quality}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback")
+    what = f"{args.config} / {args.quality}" + (f", photo {args.image}" if args.image else "")
+    print(f"{what}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback")
     print(f"mirror mouth-to-screen        {fmt(m['mouth_to_screen_s'])}")
     print(f"agent audio.append -> mouth   {fmt(a['append_to_mouth_s'])}")
     speak = a["speak_to_started_s"]
