@@ -63,7 +63,10 @@ OWN_TEETH_CUT = 0.025
 # Openness read below this is a closed mouth: the motion reader reads ~0.0-0.12 on closed driver
 # mouths, and a photo's lips must meet in silence.
 CLOSED_BELOW = 0.1
-GRID = 2  # the warp is evaluated every GRID pixels and interpolated
+# The warp is evaluated every GRID pixels and interpolated: at 4 instead of 2 a 512² frame costs
+# 3.9 instead of 5.2 ms here, for the same held-out lip sync (r 0.908 / 0.909), upper-face SSIM
+# (0.976) and seams (1.007 / 1.006) of the astronaut.
+GRID = 4
 DEPTH_SCALE = 0.6
 CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
 RING_JAW_FOLLOW = 0.6  # the inner ring below the chin drops this fraction of the chin's drop
@@ -277,7 +280,8 @@ class PhotoRig:
         active = (self.triangles < self._n_moving).any(1)
         for tri in np.round(pts[self.triangles[active]] * 16).astype(np.int32):
             cv2.fillConvexPoly(region, tri, 1, cv2.LINE_8, 4)
-        self.motion_region = cv2.dilate(region, np.ones((3, 3), np.uint8)).astype(bool)
+        # The map is interpolated between grid points: a moving triangle's warp reaches GRID - 1 px past it.
+        self.motion_region = cv2.dilate(region, np.ones((2 * GRID - 1,) * 2, np.uint8)).astype(bool)
         """(S, S) bool: the only pixels any motion can change (the triangles with a moving corner)."""
         self._mouth = self._mouth_colours()
 
