@@ -116,6 +116,22 @@ def hand_over_mouth(image: np.ndarray, face: Face) -> np.ndarray:
     return _blend(image, _feathered(mask, 2.0), skin, 1.0)
 
 
+def microphone(image: np.ndarray, face: Face) -> np.ndarray:
+    """A dark grilled microphone head held before the mouth: a cover with detail of its own."""
+    io = face.interocular
+    c = np.round(face.mouth_center[:2] + np.array([0.0, 0.1 * io])).astype(int)
+    mask = np.zeros(image.shape[:2], np.float32)
+    cv2.ellipse(mask, (int(c[0]), int(c[1])), (round(0.45 * io), round(0.55 * io)), 0, 0, 360, 1.0, -1, cv2.LINE_AA)
+    handle = np.round([[c[0] - 0.12 * io, c[1]], [c[0] + 0.12 * io, c[1]], [c[0] + 0.09 * io, c[1] + 2.2 * io],
+                       [c[0] - 0.09 * io, c[1] + 2.2 * io]]).astype(np.int32)
+    cv2.fillConvexPoly(mask, handle, 1.0, cv2.LINE_AA)
+    grille = np.full((*image.shape[:2], 3), (45, 45, 48), np.float32)
+    for k in range(-4, 5):  # the grille's wires
+        y = round(c[1] + k * 0.12 * io)
+        cv2.line(grille, (round(c[0] - 0.5 * io), y), (round(c[0] + 0.5 * io), y), (85, 85, 90), 1, cv2.LINE_AA)
+    return _blend(image, _feathered(mask, 1.0), grille, 1.0)
+
+
 def side_light(image: np.ndarray, face: Face, low: float = 0.3) -> np.ndarray:
     """Hard light from the subject's left: the image's left side falls to ``low`` of its brightness."""
     ramp = np.linspace(low, 1.0, image.shape[1], dtype=np.float32)[None, :, None]
@@ -163,6 +179,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("sunglasses", "the same frames, dark lenses", lambda image, face: glasses(image, face, tint=0.85)),
     Variant("beard", "full dark beard and moustache, lips bare", beard),
     Variant("hand", "a skin-toned hand over the mouth and chin", hand_over_mouth),
+    Variant("microphone", "a dark grilled microphone before the mouth", microphone),
 )
 
 
