@@ -71,8 +71,12 @@ def warm_up(pipe: Pipeline | PuppetPipeline, chunks: int = 2) -> int:
 
     for name in avatar_names():  # bundled avatars' references are encoded once, here
         pipe.open_session(avatar=name)
-    samples = pipe.first_chunk_samples + (chunks - 1) * pipe.frames_per_chunk * pipe.config.samples_per_frame
-    return sum(1 for _ in pipe.render(np.zeros(samples, np.float32)))
+    silence = np.zeros(pipe.first_chunk_samples + (chunks - 1) * pipe.frames_per_chunk * pipe.config.samples_per_frame,
+                       np.float32)
+    frames = sum(1 for _ in pipe.render(silence))
+    if isinstance(pipe, Pipeline):  # and drawn: the motion reader loaded, the redraw stage made
+        frames += sum(1 for _ in pipe.render(silence, drawn=True))
+    return frames
 
 
 def chunk_seed(seed: int, plan: ChunkPlan) -> int:

@@ -47,7 +47,7 @@ def engine_pipeline(config: str = "tiny") -> Pipeline:
 
 
 @functools.cache
-def measured_costs(config: str = "tiny", threads: int = 0) -> CostModel:
+def measured_costs(config: str = "tiny", threads: int = 0, drawn: bool = False) -> CostModel:
     """The engine's batch costs on ``threads`` torch threads, measured once per test run (as a
     worker does at start-up): costs measured on two threads would over-state what an engine
     running on one can hold."""
@@ -55,18 +55,19 @@ def measured_costs(config: str = "tiny", threads: int = 0) -> CostModel:
 
     pipe = engine_pipeline(config)
     core = EngineCore(pipe, describe(pipe))
-    calibrate(core, (1, 2))
+    calibrate(core, (1, 2), drawn=drawn)
     return core.costs
 
 
-def loaded_engine(config: str = "tiny", warm_up: bool = False, settle_s: float | None = None) -> Engine:
+def loaded_engine(config: str = "tiny", warm_up: bool = False, settle_s: float | None = None,
+                  drawn: bool = False) -> Engine:
     """The server's engine for one app: an in-process worker over :func:`engine_pipeline`, with
     the costs :func:`measured_costs` measured (so it starts at once)."""
     pipe = engine_pipeline(config)
-    options = WorkerOptions(config=config, warm_up=warm_up, settle_s=settle_s)
+    options = WorkerOptions(config=config, warm_up=warm_up, settle_s=settle_s, drawn=drawn)
 
     def load(opts: WorkerOptions) -> EngineCore:
-        return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config, torch.get_num_threads())))
+        return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config, torch.get_num_threads(), drawn)))
 
     return Engine(WorkerPool(options, kind="inprocess", load=load))
 
@@ -116,7 +117,8 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
     """The app on uvicorn in this process; its engine an in-process worker over the cached
     ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
-    app = create_app(settings, loaded_engine(config, settings.warm_up, settings.engine_settle_s) if inprocess else None)
+    engine = loaded_engine(config, settings.warm_up, settings.engine_settle_s, settings.drawn) if inprocess else None
+    app = create_app(settings, engine)
     async with serving(app, settings) as running:
         yield running
 

@@ -60,6 +60,7 @@ class WorkerOptions:
     calibrate: tuple[int, ...] = (1, 2)  # batch sizes measured before the worker reports ready
     max_batch: int = 16
     default_preset: str = "fast"  # what the capacity figure counts sessions of
+    drawn: bool = False  # sessions that do not say are drawn: the capacity figure counts them so
     # Share of each chunk period kept free when counting capacity; None: 0.35 on a CPU, whose
     # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator.
     capacity_margin: float | None = None
@@ -153,20 +154,21 @@ def core_from(pipe, options: WorkerOptions, costs=None):
         frames = warm_up(pipe)
         log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
     if costs is None:
-        calibrate(core, options.calibrate)
+        calibrate(core, options.calibrate, drawn=options.drawn)
     return core
 
 
-def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
+def calibrate(core, sizes: tuple[int, ...], rounds: int = 2, drawn: bool = False) -> None:
     """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
     each batch size, so the capacity figure and the scheduler's estimates are measured before
     the first real session arrives. Batches are formed here, not by the scheduler: it can only
-    learn that a batch pays once one has run. What it measured becomes the costs' baseline."""
+    learn that a batch pays once one has run. What it measured becomes the costs' baseline; ``drawn``:
+    the sessions are drawn, as those that do not say will be."""
     info = core.info
     for preset, size in itertools.product(core.presets, sizes):
         names = [f"_calibrate{preset}{size}_{i}" for i in range(size)]
         for name in names:
-            core.open(name, SessionSpec(preset=preset), core.slot_frames)
+            core.open(name, SessionSpec(preset=preset, drawn=drawn), core.slot_frames)
             core.push(name, 0, np.zeros(info.sample_rate * 8, np.float32))
         try:
             for _ in range(4 * rounds):

@@ -80,7 +80,8 @@ def worker_options(settings: Settings) -> WorkerOptions:
                         shard=settings.shard, offload=settings.offload)
     return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
                          guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality,
-                         settle_s=settings.engine_settle_s, parallel=None if plan.single else plan)
+                         drawn=settings.drawn, settle_s=settings.engine_settle_s,
+                         parallel=None if plan.single else plan)
 
 
 def engine_client(settings: Settings) -> EngineClient:

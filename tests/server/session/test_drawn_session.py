@@ -1,6 +1,6 @@
 """Drawn sessions through the server: a bundled avatar drawn by its renderer at the generated
-motion reaches an aiortc viewer sharper than the decoder's frames of the same speech, and the
-server's ``drawn`` default is overridden per session."""
+motion reaches an aiortc viewer sharper than the decoder's frames of the same speech; servers draw
+by default, and a session can ask for the decoder's frames."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def edges(frames: np.ndarray) -> float:
 
 async def test_a_drawn_session_is_the_avatar_drawn_sharp_and_a_session_can_ask_for_the_decoder(monkeypatch):
     loopback_only(monkeypatch)
-    async with running_server(make_settings(drawn=True)) as srv:
+    async with running_server(make_settings()) as srv:  # the default: bundled avatars drawn
         drawn = await speaking_frames(srv)
         decoded = await speaking_frames(srv, drawn=False)
     assert drawn.shape[1:] == decoded.shape[1:] == (256, 256, 3)
