@@ -61,8 +61,9 @@ class WorkerOptions:
     max_batch: int = 16
     default_preset: str = "fast"  # what the capacity figure counts sessions of
     drawn: bool = False  # sessions that do not say are drawn: the capacity figure counts them so
-    # Share of each chunk period kept free when counting capacity; None: 0.35 on a CPU, whose
-    # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator.
+    # Share of each chunk period kept free when counting capacity; None: 0.35 on a CPU whose
+    # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator or on a CPU
+    # engine whose threads leave the web process cores of its own (the default: all cores but one).
     capacity_margin: float | None = None
 
     # After opening a session a worker admits no other until this long has passed, so the next
@@ -74,7 +75,8 @@ class WorkerOptions:
     def margin(self) -> float:
         if self.capacity_margin is not None:
             return self.capacity_margin
-        return 0.35 if self.device == "cpu" else 0.2
+        shares_cores = self.device == "cpu" and (self.threads is None or self.threads >= len(os.sched_getaffinity(0)))
+        return 0.35 if shares_cores else 0.2
 
     @property
     def settle(self) -> float:
