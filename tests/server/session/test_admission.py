@@ -53,9 +53,10 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
                 after = srv.manager.sessions[live.id].playout.stats()
                 shown = after.frames_shown - before[live.id].frames_shown
                 misses = after.deadline_misses - before[live.id].deadline_misses
-                if slow:  # it streams on at the cheapest quality, as well as the machine allows
+                if slow:  # it streams on as well as the machine allows: it keeps up, or it steps down
                     assert shown >= 0.4 * 25 * STREAM_S, (live.id, shown)
-                    assert engine.workers()[0].stats.quality_changes["overload"] >= 1
+                    stepped = engine.workers()[0].stats.quality_changes["overload"]
+                    assert stepped >= 1 or misses <= 0.03 * shown + 1, (live.id, stepped, misses, shown)
                     continue
                 assert shown >= 0.9 * 25 * STREAM_S, (live.id, shown)
                 # A generous bound for a shared CI box; `make soak` holds the 0.5% target at this load.
