@@ -204,12 +204,15 @@ def probe_mouth(reference: np.ndarray) -> Mouth:
 
 
 def mesh_mouth(photo: np.ndarray) -> Mouth:
-    """A photo avatar's mouth: the face mesh's inner-lip gap over the eyes' distance."""
+    """A photo avatar's mouth: the face mesh's inner-lip gap over the eyes' distance, read off the
+    frames of ``photo``'s crop as ``avatar eval --image`` reads them."""
     from engine.eval.photo import MeshReader, lip_openness
-    from engine.face.checks import find_face
+    from engine.photo.avatar import photo_avatar
+
+    box = photo_avatar(photo).face.box
 
     def read(frames: np.ndarray) -> np.ndarray:
-        mesh = MeshReader(find_face(frames[0]).box)
+        mesh = MeshReader(box)
         return np.array([lip_openness(mesh(frame)) for frame in frames], np.float32)
 
     return read
