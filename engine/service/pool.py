@@ -135,7 +135,9 @@ class WorkerLink:
                 if session in self.streams:
                     self.streams[session]._quality(QualityEvent(level, name, reason))
             case SessionOpened(session):
-                future = self._opening.pop(session, None)
+                # Stays in ``_opening`` until :meth:`open` resumes and records its stream: popped
+                # here, the session would count nowhere in between and a parallel open could take its slot.
+                future = self._opening.get(session)
                 if future is not None and not future.done():
                     future.set_result(msg)
             case SessionFailed(session, message):
@@ -191,16 +193,17 @@ class WorkerLink:
         try:
             opened = await asyncio.wait_for(future, OPEN_TIMEOUT_S)
         except BaseException as exc:
-            self._opening.pop(sid, None)
             slots.unlink()
             self.send(CloseSession(sid))
             if isinstance(exc, asyncio.TimeoutError):
                 raise EngineError("engine_unavailable", "the engine did not open the session in time") from None
             raise
+        finally:
+            self._opening.pop(sid, None)
         if opened.error is not None:
             slots.unlink()
             raise EngineError("bad_request", opened.error)
-        self.opened_at = time.monotonic()
+        self.opened_at = time.monotonic()  # no await from here until the stream is recorded
         stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
         stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
         stream.frames_per_chunk = opened.frames_per_chunk or info.frames_per_chunk

@@ -20,6 +20,10 @@ from server.media.microphone import consume_microphone
 from server.media.peer import answer, close_peer, create_peer
 
 
+class TooManyViewers(Exception):
+    """The session has as many viewers as it takes."""
+
+
 @dataclass
 class Viewer:
     id: str
@@ -35,22 +39,41 @@ class Viewers:
         ice_servers: list[IceServer],
         sample_rate: int,
         on_connected: Callable[[], None],
+        limit: int,
     ) -> None:
         self._broadcast = broadcast
+        self.limit = limit
         self._ice_servers = ice_servers
         self._sample_rate = sample_rate
         self._on_connected = on_connected
         self._viewers: dict[str, Viewer] = {}
+        self._adding = 0  # offers being answered: they hold a place from the check on
         self._leaving: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self._viewers)
 
+    @property
+    def connected(self) -> int:
+        """Viewers whose connection is up."""
+        return sum(1 for v in self._viewers.values() if v.pc.connectionState == "connected")
+
     def get(self, viewer_id: str) -> Viewer | None:
         return self._viewers.get(viewer_id)
 
     async def add(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
-        """Answer a viewer's offer (raises :class:`~server.media.peer.BadOffer`); its id and our answer."""
+        """Answer a viewer's offer (raises :class:`~server.media.peer.BadOffer`, or :class:`TooManyViewers`
+        when ``limit`` viewers are there or being answered); its id and our answer. The place is taken
+        before the first await, so parallel offers cannot all pass the check."""
+        if len(self._viewers) + self._adding >= self.limit:
+            raise TooManyViewers(f"this session has its {self.limit} viewers")
+        self._adding += 1
+        try:
+            return await self._add(offer)
+        finally:
+            self._adding -= 1
+
+    async def _add(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         pc = create_peer(self._ice_servers)
         viewer = Viewer(secrets.token_urlsafe(12), pc, self._broadcast.subscribe())
         pc.on("track", lambda track: self._drain(viewer, track))

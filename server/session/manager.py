@@ -36,6 +36,7 @@ class SessionManager:
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
         self._closing: set[asyncio.Task] = set()
+        self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         metrics.sessions_active.set_function(lambda: len(self.sessions))
         metrics.playout_delay_seconds.set_function(self._mean_delay)
 
@@ -45,11 +46,20 @@ class SessionManager:
 
     async def create(self, options: SessionCreate) -> AvatarSession:
         """Check the request, then open the engine session on the worker with the most free
-        capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total."""
+        capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total. A
+        creation counts against the cap from its check on, with no await in between, so parallel
+        requests cannot all pass the check before any of them is recorded."""
         cap = self.settings.max_sessions
-        if cap is not None and len(self.sessions) >= cap:
+        if cap is not None and len(self.sessions) + self._opening >= cap:
             self.metrics.sessions_rejected.labels("capacity").inc()
             raise ApiError(503, "at_capacity", f"the server is at its limit of {cap} sessions; try again later")
+        self._opening += 1
+        try:
+            return await self._create(options)
+        finally:
+            self._opening -= 1
+
+    async def _create(self, options: SessionCreate) -> AvatarSession:
         if not self.engine.available:
             self.metrics.sessions_rejected.labels("engine_unavailable").inc()
             raise ApiError(503, "engine_unavailable", "no engine worker is running; see the server log")

@@ -28,7 +28,7 @@ from server.media.playout import PlayoutBuffer, VideoOut
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
 from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
-from server.media.viewers import Viewers
+from server.media.viewers import TooManyViewers, Viewers
 from server.session.engine_link import EngineError, EngineLink, QualityEvent
 from server.session.events import SessionEvents
 from server.session.feed_loop import FeedLoop
@@ -119,7 +119,7 @@ class AvatarSession:
             PlayoutVideoTrack(self.resting, self.fps, self._video_played),
             PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),
         )
-        self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected)
+        self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected, settings.max_viewers)
         self.ingest_id: str | None = None  # the WHIP resource, when the peer is a WHIP publisher
         self.feed_loop = FeedLoop(
             session_id,
@@ -200,9 +200,10 @@ class AvatarSession:
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A WHEP viewer (read-only: the avatar's video and voice); its id and our answer. Viewers alone
         (an agent's session) start the media clock too."""
-        if len(self.viewers) >= self.settings.max_viewers:
-            raise ApiError(503, "too_many_viewers", f"this session has its {self.settings.max_viewers} viewers")
-        viewer = await self.viewers.add(offer)
+        try:
+            viewer = await self.viewers.add(offer)
+        except TooManyViewers as exc:
+            raise ApiError(503, "too_many_viewers", str(exc)) from None
         self._start_media_once()
         return viewer
 
