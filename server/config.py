@@ -133,6 +133,11 @@ class Settings(BaseModel):
     vad_min_silence_ms: int = Field(480, ge=32, description="silence that ends a user speech segment")
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
+    max_trickle_fragments: int = Field(64, ge=1, description="trickle ICE fragments (PATCHes) per WHIP/WHEP resource")
+    max_trickle_candidates: int = Field(
+        64, ge=1, description="trickled ICE candidates per WHIP/WHEP resource, all fragments together "
+        "(each fragment carries at most 32, as each section of an offer)"
+    )
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
     max_text_chars: int = Field(2_000, ge=1)
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image file (bytes)")

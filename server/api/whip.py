@@ -21,7 +21,7 @@ from server.api.errors import ApiError
 from server.api.protocol import ErrorResponse
 from server.config import IceServer, Settings
 from server.media.peer import BadOffer
-from server.media.trickle import add_candidates, is_restart, parse_fragment
+from server.media.trickle import TrickleLimit, add_candidates, budget, is_restart, parse_fragment
 from server.session.manager import SessionManager
 from server.session.session import AvatarSession
 
@@ -150,12 +150,17 @@ def _trickle_handler(kind: str):
         match = request.headers.get("if-match")
         if match is not None and match not in ("*", _etag(resource_id)):
             raise ApiError(412, "etag_mismatch", f"If-Match {match} does not name this resource's ETag")
-        text = await _text_body(request, request.app.state.settings, "SDP fragment")
+        settings: Settings = request.app.state.settings
+        text = await _text_body(request, settings, "SDP fragment")
         try:
             fragment = parse_fragment(text)
             restart = match == "*" or is_restart(pc, fragment)
             if not restart:
+                budget(pc, settings.max_trickle_fragments, settings.max_trickle_candidates).spend(fragment)
                 await add_candidates(pc, fragment)
+        except TrickleLimit as exc:
+            status = 413 if exc.code == "too_many_candidates" else 429
+            raise ApiError(status, exc.code, str(exc)) from exc
         except (ValueError, AssertionError, IndexError) as exc:
             raise ApiError(400, "bad_sdp_fragment", str(exc) or "malformed SDP fragment") from exc
         if restart:

@@ -186,7 +186,7 @@ def _check_ranges(name: str, m: re.Match[str], number: int) -> None:
         case "candidate":
             _in_range(m.group(1), 1, 257, "candidate component", number)
             _in_range(m.group(2), 0, U32, "candidate priority", number)
-            _in_range(m.group(3), 0, 65536, "candidate port", number)
+            _in_range(m.group(3), 1, 65536, "candidate port", number)
             extras = m.group(4).split()
             for key, value in zip(extras[::2], extras[1::2], strict=True):
                 if key == "rport" and not (value.isdigit() and int(value) < 65536):
@@ -197,6 +197,12 @@ def _check_ranges(name: str, m: re.Match[str], number: int) -> None:
                 raise BadOffer(f"line {number}: a {m.group(1)} fingerprint has {size} bytes")
         case "rtcp":
             _in_range(m.group(1), 0, 65536, "RTCP port", number)
+
+
+def check_candidate(value: str, number: int) -> None:
+    """One ``a=candidate`` value (after the colon), as an offer's are checked: :class:`BadOffer` if
+    aiortc could not use it (a port of 0 or over 65535 among them)."""
+    _attribute(_Section("", number), "candidate:" + value, number)
 
 
 def _check_section(section: _Section, session: _Section) -> str:

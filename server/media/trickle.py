@@ -3,17 +3,33 @@ and WHEP clients PATCH with the candidates they gather after sending their offer
 
 Browser WHIP/WHEP clients post the offer before gathering anything, so without these the server
 would know none of the client's addresses. An ICE restart (new credentials) is not supported.
+
+Every candidate costs connectivity checks, and aiortc's cost per added candidate grows with the
+candidates it holds: a fragment carries at most as many as an offer's section
+(:data:`~server.media.sdp.MAX_CANDIDATES`), each checked as an offer's are, and a resource takes a
+bounded number of fragments and candidates over its life (:class:`TrickleBudget`).
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field
 
 from aiortc import RTCPeerConnection
 from aiortc.sdp import candidate_from_sdp
 
+from server.media.sdp import MAX_CANDIDATES, check_candidate
+
 _UFRAG = re.compile(r"^a=ice-ufrag:(\S+)", re.MULTILINE)
+
+
+class TrickleLimit(ValueError):
+    """A fragment, or a resource's fragments together, past a bound; ``code`` says which."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -28,7 +44,7 @@ def parse_fragment(text: str) -> Fragment:
     """The credentials, candidates (with the mid of their section) and end-of-candidates of a fragment."""
     frag = Fragment()
     mid: str | None = None
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:
             continue
@@ -41,15 +57,42 @@ def parse_fragment(text: str) -> Fragment:
         elif line.startswith("a=ice-pwd:"):
             frag.pwd = line[len("a=ice-pwd:") :]
         elif line.startswith("a=candidate:"):
+            if len(frag.candidates) == MAX_CANDIDATES:
+                raise TrickleLimit("too_many_candidates", f"a fragment carries at most {MAX_CANDIDATES} candidates")
             value = line[len("a=candidate:") :]
-            if len(value.split()) < 8:
-                raise ValueError(f"malformed candidate line {line!r}")
+            check_candidate(value, number)
             frag.candidates.append((mid, value))
         elif line == "a=end-of-candidates":
             frag.end = True
         elif not line.startswith(("a=", "v=", "o=", "s=", "t=", "c=")):
             raise ValueError(f"not an SDP fragment line: {line[:60]!r}")
     return frag
+
+
+@dataclass
+class TrickleBudget:
+    """What one WHIP/WHEP resource may still be sent: fragments and candidates over its life."""
+
+    fragments: int
+    candidates: int
+
+    def spend(self, frag: Fragment) -> None:
+        """Count a fragment against the budget, or raise :class:`TrickleLimit` (nothing is spent then)."""
+        if self.fragments <= 0:
+            raise TrickleLimit("too_many_fragments", "this resource has been sent all the fragments it takes")
+        if len(frag.candidates) > self.candidates:
+            raise TrickleLimit("too_many_candidates", f"this resource takes {self.candidates} more candidates, "
+                               f"not {len(frag.candidates)}")
+        self.fragments -= 1
+        self.candidates -= len(frag.candidates)
+
+
+_budgets: weakref.WeakKeyDictionary[RTCPeerConnection, TrickleBudget] = weakref.WeakKeyDictionary()
+
+
+def budget(pc: RTCPeerConnection, fragments: int, candidates: int) -> TrickleBudget:
+    """The budget of the resource behind ``pc`` (made with these bounds the first time it is asked)."""
+    return _budgets.setdefault(pc, TrickleBudget(fragments, candidates))
 
 
 def remote_ufrag(pc: RTCPeerConnection) -> str | None:
