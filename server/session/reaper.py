@@ -59,10 +59,13 @@ class SessionReaper:
         times = session.liveness
         pc = session.pc
         if pc is None:
-            # WHEP viewers alone keep an agent's session alive, and so does its agent's control
-            # socket (whose heartbeat notices a vanished agent): its viewers may come later.
-            if len(session.viewers) or session.control_attached:
+            # A connected WHEP viewer keeps an agent's session alive, and so does its agent's control
+            # socket (whose heartbeat notices a vanished agent): its viewers may come later. Viewers
+            # that never connect hold it only as long as a peer may take to connect.
+            if session.viewers.connected or session.control_attached:
                 return None
+            if len(session.viewers):
+                return "connect_timeout" if now - (times.offered_at or now) > s.connect_timeout_s else None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None
         if pc.connectionState in ("failed", "closed"):
             return f"peer_{pc.connectionState}"

@@ -199,7 +199,8 @@ class AvatarSession:
 
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A WHEP viewer (read-only: the avatar's video and voice); its id and our answer. Viewers alone
-        (an agent's session) start the media clock too."""
+        (an agent's session) start the media clock too; the newest viewer's offer starts the connect timeout."""
+        self.liveness.offered_at = time.monotonic()
         try:
             viewer = await self.viewers.add(offer)
         except TooManyViewers as exc:

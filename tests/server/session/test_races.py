@@ -7,20 +7,24 @@ import asyncio
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
-from server_helpers import admitted_session, loopback_only, make_settings, running_server
+from server_helpers import admitted_session, loopback_only, make_settings, running_server, wait_until
 from whip_helpers import post_offer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def viewer_peer() -> RTCPeerConnection:
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc.addTransceiver("audio", direction="recvonly")
+    pc.addTransceiver("video", direction="recvonly")
+    return pc
 
 
 async def test_parallel_whep_offers_get_exactly_the_viewer_limit(monkeypatch):
     loopback_only(monkeypatch)
     async with running_server(make_settings(max_viewers=4, max_sessions=1), config="puppet") as srv:
         session = await admitted_session(srv, {"mode": "agent"})
-        pcs = [RTCPeerConnection(RTCConfiguration(iceServers=[])) for _ in range(12)]
-        for pc in pcs:
-            pc.addTransceiver("audio", direction="recvonly")
-            pc.addTransceiver("video", direction="recvonly")
+        pcs = [viewer_peer() for _ in range(12)]
         try:
             answers = await asyncio.gather(*(post_offer(srv, session, "whep", pc) for pc in pcs))
             codes = sorted(res.status_code for res in answers)
@@ -54,3 +58,21 @@ async def test_parallel_creations_never_exceed_the_engines_capacity(monkeypatch)
             assert 1 <= len(admitted) <= capacity, (len(admitted), capacity)
             assert all(res.json()["error"]["code"] == "at_capacity" for res in answers if res.status_code != 201)
             await asyncio.gather(*(srv.manager.close(sid, "deleted") for sid in admitted))
+
+
+async def test_a_session_whose_only_viewer_never_connects_is_reaped(monkeypatch):
+    """The viewer's offer is answered and the answer never applied: the session (and its engine
+    slot) goes after the connect timeout, as a page's that never connects does."""
+    loopback_only(monkeypatch)
+    settings = make_settings(max_sessions=1, offer_timeout_s=1.0, connect_timeout_s=1.5)
+    async with running_server(settings, config="puppet") as srv:
+        session = await admitted_session(srv, {"mode": "agent"})
+        pc = viewer_peer()
+        try:
+            assert (await post_offer(srv, session, "whep", pc)).status_code == 201
+            closed = srv.manager.sessions[session["session_id"]]
+            assert await wait_until(lambda: session["session_id"] not in srv.manager.sessions, 10)
+            assert closed.close_reason == "connect_timeout"
+            await admitted_session(srv)  # its slot is free again
+        finally:
+            await pc.close()
