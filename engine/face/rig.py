@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from engine.face.expression import RELAX_CLOSE, lip_bases
 from engine.face.landmarks import (
     FACE_OVAL,
     LEFT_BROW,
@@ -45,8 +46,11 @@ from engine.face.landmarks import (
     RIGHT_EYE_LOWER,
     RIGHT_EYE_UPPER,
     RIGHT_LID_CREASE,
+    UPPER_LIP_CENTER,
     Face,
 )
+from engine.face.mouth import MouthFrame, MouthInterior
+from engine.face.palette import mouth_palette
 from engine.puppet import FaceState
 
 JAW_SCALE = 0.42  # lip gap added at jaw_open = 1, as a fraction of the mouth width
@@ -56,10 +60,6 @@ LOWER_LID_TRAVEL = 0.05
 CREASE_FOLLOW = 0.8  # the lid skin above the lid follows it by this fraction (the closed lid shows skin)
 INNER_RING, OUTER_RING = 1.18, 1.5  # rings around the face oval (scale about its centre)
 INNER_RING_FOLLOW = 0.6  # share of the head motion the inner ring takes
-# The photo's own teeth stop this far (a fraction of the mouth width) above where its lower lip lay:
-# the face mesh reads a mouth opening on a band of real teeth less surely (held-out lip sync of the
-# astronaut r 0.879 with the whole band, 0.896 cut by 2.5 px of its 98, 0.903 with painted teeth).
-OWN_TEETH_CUT = 0.025
 # Openness read below this is a closed mouth: the motion reader reads ~0.0-0.12 on closed driver
 # mouths, and a photo's lips must meet in silence.
 CLOSED_BELOW = 0.1
@@ -68,6 +68,10 @@ CLOSED_BELOW = 0.1
 # (0.976) and seams (1.007 / 1.006) of the astronaut.
 GRID = 4
 DEPTH_SCALE = 0.6
+# Closed lips keep this share of a rest gap between them: the mesh's triangles there keep an area.
+CLOSE_MAX = 0.96
+TEETH_JAW_FOLLOW = 0.8  # the lower teeth drop this fraction of the lower lip's drop (the lip drops further)
+TEETH_BEHIND_LIPS = 0.12  # the teeth's front, behind the lips, in mouth widths (~6 mm)
 CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
 RING_JAW_FOLLOW = 0.6  # the inner ring below the chin drops this fraction of the chin's drop
 MIN_SPACING = 0.022  # mesh landmarks besides the contours, at least this far apart (fraction of the frame)
@@ -99,6 +103,8 @@ class FaceMotion:
     roll: float = 0.0  # radians
     tx: float = 0.0  # fraction of the frame width
     ty: float = 0.0  # fraction of the frame height
+    press: float = 0.0  # 0 .. 1: the lips meet and press (p, b, m)
+    talking: float = 0.0  # 0 .. 1: how much the face is speaking now (a posed smile eases)
 
 
 def _clip(v: float, lo: float, hi: float) -> float:
@@ -178,21 +184,16 @@ def _affines(tris: np.ndarray, dst: np.ndarray, src: np.ndarray) -> tuple[np.nda
     return bary.astype(np.float32), aff.astype(np.float32)
 
 
-@dataclass
-class _Mouth:
-    cavity: np.ndarray  # (3,) float32 colours
-    tongue: np.ndarray
-    teeth: np.ndarray
-    shows_teeth: bool  # the photo's mouth is open on its teeth at rest
-
-
-def photo_motion(state: FaceState) -> FaceMotion:
+def photo_motion(state: FaceState, talking: float = 0.0) -> FaceMotion:
     """The photo's motion for a face state read off a driver face: openness below ``CLOSED_BELOW``
-    closes the lips, the rest spans the jaw's travel; the head pose is taken as it is."""
+    closes the lips (pressed, while talking), the rest spans the jaw's travel; the head pose is
+    taken as it is; ``talking`` (the speech envelope) eases a posed smile."""
+    talking = _clip(talking, 0.0, 1.0)
     return FaceMotion(jaw_open=min(max((state.openness - CLOSED_BELOW) / (1.0 - CLOSED_BELOW), 0.0), 1.0),
                       mouth_width=min(max(state.wide - state.rounded, -1.0), 1.0),
                       blink=min(max(state.blink, 0.0), 1.0),
-                      yaw=state.yaw, pitch=state.pitch, roll=state.roll, tx=state.tx, ty=state.ty)
+                      yaw=state.yaw, pitch=state.pitch, roll=state.roll, tx=state.tx, ty=state.ty,
+                      press=talking * _clip(1.0 - state.openness / CLOSED_BELOW, 0.0, 1.0), talking=talking)
 
 
 class PhotoRig:
@@ -235,6 +236,7 @@ class PhotoRig:
         width += (WIDTH_SCALE * u * wgt)[:, None] * eu
         self._width = width
         self._blink = self._blink_basis(xy)
+        self.lips = lip_bases(xy, mc, eu, ev, mouth_w)
 
         # Rings around the oval and the frame border.
         oval = xy[list(FACE_OVAL)]
@@ -265,6 +267,9 @@ class PhotoRig:
         opened[n_lm : self._n_moving] += self._ring1_jaw
         self.triangles = _delaunay(opened, s)
         self._nbr = _neighbours(self.triangles)
+        lips = np.flatnonzero(np.isin(self._keep, LIPS_INNER_UPPER + LIPS_INNER_LOWER + LIPS_OUTER_UPPER
+                                      + LIPS_OUTER_LOWER))
+        self._lip_triangles = self.triangles[np.isin(self.triangles, lips).any(1)]
         # Each grid point's triangle at rest.
         g = np.arange(0, s - 1 + GRID, GRID, dtype=np.float32)  # the last point at or past the last pixel
         self._grid = g
@@ -283,7 +288,9 @@ class PhotoRig:
         # The map is interpolated between grid points: a moving triangle's warp reaches GRID - 1 px past it.
         self.motion_region = cv2.dilate(region, np.ones((2 * GRID - 1,) * 2, np.uint8)).astype(bool)
         """(S, S) bool: the only pixels any motion can change (the triangles with a moving corner)."""
-        self._mouth = self._mouth_colours()
+        self.palette = mouth_palette(image, lm)
+        self.mouth = MouthInterior(image, lm, MouthFrame(mc, eu, ev, mouth_w), self.palette)
+        self._teeth_depth = float(self._depth[UPPER_LIP_CENTER]) + DEPTH_SCALE * TEETH_BEHIND_LIPS * mouth_w
 
     # ---- bases -------------------------------------------------------------------------------------------------
     def _jaw_basis(self, xy: np.ndarray, u: np.ndarray, v: np.ndarray, hw: float) -> np.ndarray:
@@ -321,42 +328,42 @@ class PhotoRig:
             d[cr] = CREASE_FOLLOW * LID_TRAVEL * gap
         return d
 
-    def _mouth_colours(self) -> _Mouth:
-        img = self.image.astype(np.float32)
-        xy = self._lm[:, :2]
-        lips = np.zeros(img.shape[:2], np.uint8)
-        outer = xy[list(LIPS_OUTER_UPPER) + list(LIPS_OUTER_LOWER[::-1])]
-        inner = xy[list(LIPS_INNER_UPPER) + list(LIPS_INNER_LOWER[::-1])]
-        cv2.fillPoly(lips, [np.round(outer).astype(np.int32)], 1)
-        hole = np.zeros_like(lips)
-        cv2.fillPoly(hole, [np.round(inner).astype(np.int32)], 1)
-        lip_px = img[(lips > 0) & (hole == 0)]
-        lip = np.median(lip_px, 0) if len(lip_px) else np.array([150, 80, 80], np.float32)
-        teeth = np.array([232, 226, 212], np.float32)
-        mouth_px = img[hole > 0]
-        shows = False
-        if len(mouth_px) > 20:
-            lum = mouth_px.mean(1)
-            bright = mouth_px[lum >= np.percentile(lum, 70)]
-            shows = bright.mean() > lip.mean() + 25
-            if shows:  # take their colour for the lower teeth the photo does not show
-                teeth = 0.5 * teeth + 0.5 * np.median(bright, 0)
-        return _Mouth(cavity=(lip * 0.22).astype(np.float32), tongue=(lip * 0.62).astype(np.float32),
-                      teeth=teeth.astype(np.float32), shows_teeth=bool(shows))
-
     # ---- per frame ---------------------------------------------------------------------------------------------
     def moved_landmarks(self, motion: FaceMotion) -> np.ndarray:
         """(468, 2) landmark positions for ``motion``."""
         return self._move(motion)[0]
 
-    def _move(self, motion: FaceMotion) -> tuple[np.ndarray, np.ndarray]:
-        """(468, 2) landmarks and (P, 2) control points (mesh landmarks, rings, border) for ``motion``."""
-        m = motion
+    def _lip_offsets(self, m: FaceMotion) -> tuple[np.ndarray, float]:
+        """(468, 2) rest-frame landmark offsets of the expression, and how far the lips close
+        (backed off where closing a smile's gap would fold the mesh between the lips)."""
         jaw, width, blink = _clip(m.jaw_open, 0, 1), _clip(m.mouth_width, -1, 1), _clip(m.blink, 0, 1)
+        press, talking = _clip(m.press, 0, 1), _clip(m.talking, 0, 1)
+        base = (jaw * self._jaw + width * self._width + blink * self._blink + press * self.lips.press
+                + talking * self.lips.relax)
+        close = min(press + talking * RELAX_CLOSE * self.lips.smile, CLOSE_MAX)
+        for _ in range(8):
+            offsets = base + close * self.lips.close
+            if close == 0 or not self._folds(offsets, jaw):
+                return offsets, close
+            close *= 0.8
+        return base, 0.0
+
+    def _folds(self, offsets: np.ndarray, jaw: float) -> bool:
+        pts = self._src.copy()
+        pts[: self._n_lm] += offsets[self._keep]
+        pts[self._n_lm : self._n_moving] += jaw * self._ring1_jaw
+        return bool((_signed_areas(pts[self._lip_triangles]) <= 0).any())
+
+    def _move(self, motion: FaceMotion) -> tuple[np.ndarray, np.ndarray, float]:
+        """(468, 2) landmarks, (P, 2) control points (mesh landmarks, rings, border) and the lips'
+        closing for ``motion``."""
+        m = motion
+        jaw = _clip(m.jaw_open, 0, 1)
         pts = self._src.copy()
         n, n1 = self._n_lm, self._n_moving
         lm = self._lm.copy()
-        lm[:, :2] += jaw * self._jaw + width * self._width + blink * self._blink
+        offsets, close = self._lip_offsets(m)
+        lm[:, :2] += offsets
         lm[:, 2] = self._depth
         yaw, pitch, roll = (_clip(a, -0.5, 0.5) for a in (m.yaw, m.pitch, m.roll))
         shift = np.array([m.tx, m.ty]) * self.size
@@ -369,7 +376,7 @@ class PhotoRig:
             pts[n:n1] += INNER_RING_FOLLOW * (ring_moved[:, :2] - ring[:, :2] + shift)
         pts[:n] = lm[self._keep, :2]
         pts[n:n1] += jaw * self._ring1_jaw
-        return lm[:, :2], pts
+        return lm[:, :2], pts, close
 
     def displaced(self, motion: FaceMotion) -> np.ndarray:
         """(P, 2) control point positions for ``motion`` (mesh landmarks first, then the rings and border)."""
@@ -445,19 +452,9 @@ class PhotoRig:
         iy = np.clip(np.rint(sy / GRID), 0, last).astype(np.intp)
         return self._rest_tri[iy, ix]
 
-    def backward_map(self, motion: FaceMotion) -> tuple[np.ndarray, np.ndarray]:
-        """Full-frame (S, S) float32 maps (x, y): the source pixel each output pixel shows."""
-        s = self.size
-        fy, fx = np.mgrid[0:s, 0:s].astype(np.float32)
-        block = self._warp_block(self.displaced(motion))
-        if block is not None:
-            x0, y0, x1, y1, bx, by = block
-            fx[y0:y1, x0:x1], fy[y0:y1, x0:x1] = bx, by
-        return fx, fy
-
     def render(self, motion: FaceMotion) -> np.ndarray:
         """The (S, S, 3) uint8 frame for ``motion``."""
-        lm, dst = self._move(motion)
+        lm, dst, close = self._move(motion)
         out = self.image.copy()
         block = self._warp_block(dst)
         if block is None:
@@ -469,13 +466,31 @@ class PhotoRig:
         np.copyto(warped, src, where=still[..., None])
         out[y0:y1, x0:x1] = warped
         jaw = _clip(motion.jaw_open, 0, 1)
-        if jaw > 0:
-            self._paint_mouth(out, lm, jaw)
+        if jaw > 0 or close > 0:
+            skull = self._head_affine(motion)
+            drop = jaw * TEETH_JAW_FOLLOW * self._jaw[LOWER_LIP_CENTER]
+            opening = float(_smoothstep(jaw / 0.12))
+            # What a press leaves of a gap (a smile's own, closing): the lips meet there.
+            meeting = min(_clip(motion.press, 0, 1), close / CLOSE_MAX) * (1 - opening)
+            self.mouth.paint(out, lm, skull, drop, max(opening, meeting), meeting)
         return out
 
-    def draw(self, state: FaceState) -> np.ndarray:
+    def _head_affine(self, motion: FaceMotion) -> np.ndarray:
+        """2x3: rest pixels to this frame's, for points at the teeth's depth (the head's turn and shift)."""
+        f = self.mouth.frame
+        rest = np.array([f.centre, f.centre + f.width * f.eu, f.centre + f.width * f.ev])
+        moved = self._turn(np.concatenate([rest, np.full((3, 1), self._teeth_depth)], 1), motion)
+        return cv2.getAffineTransform(rest.astype(np.float32), moved.astype(np.float32)).astype(np.float64)
+
+    def _turn(self, points: np.ndarray, motion: FaceMotion) -> np.ndarray:
+        """(n, 2): (n, 3) rest points (x, y, depth) turned and shifted with the head."""
+        yaw, pitch, roll = (_clip(a, -0.5, 0.5) for a in (motion.yaw, motion.pitch, motion.roll))
+        shift = np.array([motion.tx, motion.ty]) * self.size
+        return ((points - self.pivot) @ _rotation(yaw, pitch, roll).T + self.pivot)[:, :2] + shift
+
+    def draw(self, state: FaceState, talking: float = 0.0) -> np.ndarray:
         """The frame for a face state read off a driver face (``engine.stages.redraw``'s drawer)."""
-        return self.render(photo_motion(state))
+        return self.render(photo_motion(state, talking))
 
     def render_many(self, motions: Iterable[FaceMotion]) -> np.ndarray:
         """(n, S, S, 3) uint8 frames."""
@@ -483,84 +498,6 @@ class PhotoRig:
         if not frames:
             return np.zeros((0, self.size, self.size, 3), np.uint8)
         return np.stack(frames)
-
-    def _paint_mouth(self, out: np.ndarray, lm: np.ndarray, jaw: float) -> None:
-        """Paint the mouth interior between the displaced inner lips (in place)."""
-        up, lo = lm[list(LIPS_INNER_UPPER)], lm[list(LIPS_INNER_LOWER)]
-        poly = np.concatenate([up, lo[::-1]])
-        pad = 3
-        x0 = int(max(np.floor(poly[:, 0].min()) - pad, 0))
-        x1 = int(min(np.ceil(poly[:, 0].max()) + pad + 1, self.size))
-        y0 = int(max(np.floor(poly[:, 1].min()) - pad, 0))
-        y1 = int(min(np.ceil(poly[:, 1].max()) + pad + 1, self.size))
-        if x1 <= x0 or y1 <= y0:
-            return
-        h, w = y1 - y0, x1 - x0
-        mask = np.zeros((h, w), np.uint8)
-        shift = 3
-        pts = np.round((poly - [x0, y0]) * (1 << shift)).astype(np.int32)
-        cv2.fillPoly(mask, [pts], 255, cv2.LINE_AA, shift)
-        alpha = cv2.GaussianBlur(mask.astype(np.float32) / 255.0, (0, 0), 0.8)
-        alpha *= float(_smoothstep(jaw / 0.12))
-        # Per column: the upper and lower inner lip heights, in the face frame's x.
-        xs = np.arange(x0, x1, dtype=np.float32)
-        ou, ol = np.argsort(up[:, 0]), np.argsort(lo[:, 0])
-        y_up = np.interp(xs, up[ou, 0], up[ou, 1])
-        y_lo = np.interp(xs, lo[ol, 0], lo[ol, 1])
-        gap = np.maximum(y_lo - y_up, 1e-3)
-        ys = np.arange(y0, y1, dtype=np.float32)[:, None]
-        a = ys - y_up[None, :]  # depth below the upper lip
-        b = y_lo[None, :] - ys  # height above the lower lip
-        t = np.clip(a / gap[None, :], 0, 1)
-        mw = self.mouth_width_px
-        cx = (up[0, 0] + up[-1, 0]) / 2
-        hw = max(abs(up[-1, 0] - up[0, 0]) / 2, 1.0)
-        side = np.clip(np.abs(xs - cx) / hw, 0, 1)[None, :]
-        mo = self._mouth
-        # Cavity: darker in the middle and towards the corners; tongue at the bottom.
-        depth = 1.0 - 0.45 * np.sin(np.pi * t) - 0.35 * side**2
-        col = mo.cavity[None, None, :] * depth[..., None]
-        tongue = _smoothstep((t - 0.55) / 0.35) * (1 - side**2) * _smoothstep(jaw / 0.5)
-        col = col + (mo.tongue - mo.cavity)[None, None, :] * (tongue * depth)[..., None]
-        # Upper teeth hanging from the upper lip; lower teeth above the lower lip when wide open.
-        th = np.minimum(0.15 * mw, 0.6 * gap)[None, :]
-        upper = _smoothstep((th - a) / 1.5) * _smoothstep(a / 1.0 + 0.5)
-        tl = np.minimum(0.07 * mw, 0.25 * gap)[None, :] * _smoothstep((jaw - 0.35) / 0.4)
-        lower = _smoothstep((tl - b) / 1.5) * (tl > 0.5) * _smoothstep((0.75 - side) / 0.2)
-        shade = (1.0 - 0.6 * side**2) * (0.75 + 0.25 * _smoothstep(a / 2.0))
-        if mo.shows_teeth:  # the photo's own take their place below
-            upper = np.zeros_like(upper)
-        teeth_w = np.maximum(upper, lower * 0.85) * (side < 0.92)
-        teeth_col = mo.teeth[None, None, :] * shade[..., None] * (1 - 0.15 * lower[..., None])
-        col = col * (1 - teeth_w[..., None]) + teeth_col * teeth_w[..., None]
-        if mo.shows_teeth:
-            own, own_w = self._own_teeth(xs, ys, y_up, (cx - hw, cx + hw), a)
-            col = col * (1 - own_w[..., None]) + own * own_w[..., None]
-        region = out[y0:y1, x0:x1].astype(np.float32)
-        res = region * (1 - alpha[..., None]) + col * alpha[..., None]
-        out[y0:y1, x0:x1] = np.clip(res + 0.5, 0, 255).astype(np.uint8)
-
-    def _own_teeth(self, xs: np.ndarray, ys: np.ndarray, y_up: np.ndarray, span: tuple[float, float],
-                   depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The photo's own mouth at rest, hung from the displaced upper lip: a pixel ``depth``
-        below it in a column at a fraction of the mouth's width takes the photo's pixel as far
-        below the upper lip at rest, at the same fraction; fading out where the rest gap ends
-        (behind it lay the lower lip; and short of it, ``OWN_TEETH_CUT``).
-        -> (colours (h, w, 3) float32, weights (h, w))."""
-        up, lo = self._lm[list(LIPS_INNER_UPPER), :2], self._lm[list(LIPS_INNER_LOWER), :2]
-        ou, ol = np.argsort(up[:, 0]), np.argsort(lo[:, 0])
-        r0, r1 = up[ou[0], 0], up[ou[-1], 0]
-        frac = (xs - span[0]) / max(span[1] - span[0], 1.0)
-        x_src = r0 + frac * (r1 - r0)
-        top = np.interp(x_src, up[ou, 0], up[ou, 1])
-        gap = np.maximum(np.interp(x_src, lo[ol, 0], lo[ol, 1]) - top, 0.0)
-        map_x = np.broadcast_to(x_src[None, :], depth.shape).astype(np.float32)
-        map_y = (top[None, :] + depth).astype(np.float32)
-        own = cv2.remap(self.image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        inside = ((frac >= 0) & (frac <= 1))[None, :]
-        shown = gap[None, :] - OWN_TEETH_CUT * self.mouth_width_px
-        weight = _smoothstep((shown - depth) / 1.5) * _smoothstep(depth + 0.5) * inside
-        return own.astype(np.float32), weight.astype(np.float32)
 
     @classmethod
     def from_photo(cls, image: np.ndarray, face: Face) -> PhotoRig:
