@@ -34,6 +34,7 @@ run: system-run install
 
 test: system-test install $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q
 
 bench: install

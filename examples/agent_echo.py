@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Iterable
 
-from server.api.protocol import PlaybackFinished, PlaybackStarted, UserSpeechStarted, UserSpeechStopped
+from server.base.protocol import PlaybackFinished, PlaybackStarted, UserSpeechStarted, UserSpeechStopped
 from server.client import AvatarSession
 
 RULES: list[tuple[re.Pattern[str], str]] = [

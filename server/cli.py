@@ -15,6 +15,7 @@ from typing import Any
 import uvicorn
 
 from server.api.redact import install_redaction
+from server.api.uvicorn_config import server_config
 from server.config import ENV_PREFIX, Settings
 
 FLAGS: list[tuple[str, str, dict[str, Any]]] = [
@@ -77,23 +78,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.from_env(**{field: getattr(args, field, None) for _, field, _ in FLAGS})
 
 
-def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
-    """How ``avatar serve`` runs an app on uvicorn (an avatar node of a cluster runs the same)."""
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        ws_max_size=settings.max_control_bytes + 4096,
-        ws_ping_interval=5.0,
-        ws_ping_timeout=5.0,
-        # X-Forwarded-For decides whom the client limits count against, so it is trusted only when
-        # asked: by the settings (a reverse proxy here) or by naming the forwarders (a cluster node).
-        proxy_headers=settings.proxy_headers or "forwarded_allow_ips" in extra,
-        **extra,
-    )
-
-
 def serve(args: argparse.Namespace) -> int:
     install_redaction()  # before any log line: no token in them, whichever app runs
     logging.basicConfig(
@@ -132,7 +116,8 @@ def gateway_app(settings: Settings, address: str) -> Any:
 
 def engine_plan_check(settings: Settings) -> None:
     """``ValueError`` (one line) when the parallel flags name a plan no engine can run here."""
-    from server.session.engine_link import worker_devices, worker_options
+    from server.api.engine_setup import worker_options
+    from server.base.engine_link import worker_devices
 
     worker_devices(worker_options(settings))
 
@@ -140,7 +125,7 @@ def engine_plan_check(settings: Settings) -> None:
 def node_app(settings: Settings) -> Any:
     """The one-machine server; None (after one line) if its TTS backend cannot run."""
     from server.api.app import create_app
-    from server.session.engine_link import sample_rate_of
+    from server.base.engine_link import sample_rate_of
     from server.voice import tts
 
     try:

@@ -9,7 +9,7 @@
 ``create`` makes an agent-mode session and connects its control socket; a viewer (the demo
 page at ``viewer_url``, or :meth:`connect_media` for an in-process aiortc peer) shows it.
 Nothing plays until a viewer is connected: the session's media clock starts with its peer.
-Events are the server's pydantic models (``server.api.protocol``); the user's speech segments
+Events are the server's pydantic models (``server.base.protocol``); the user's speech segments
 (barge-in VAD, with ``user_audio``) can also go to a callback as PCM, for a recogniser.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 import websockets
 from pydantic import ValidationError
 
-from server.api.protocol import (
+from server.base.protocol import (
     ErrorEvent,
     PlaybackFinished,
     ServerEvent,

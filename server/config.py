@@ -14,10 +14,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 
+from server.base.protocol import IceServer, Mode
 from server.media.playout import PlayoutConfig
+from server.voice.vad import VadConfig
 
 ENV_PREFIX = "AVATAR_"
-Mode = Literal["mirror", "agent"]
 
 
 def _split_commas(value: Any) -> Any:
@@ -39,26 +40,6 @@ def _port_range(value: Any) -> Any:
 
 CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
 PortRange = Annotated[tuple[int, int], BeforeValidator(_port_range)]
-
-
-class IceServer(BaseModel):
-    """One STUN/TURN server, in the shape both aiortc and the browser's RTCIceServer accept."""
-
-    urls: list[str]
-    username: str | None = None
-    credential: str | None = None
-
-    @classmethod
-    def parse(cls, spec: str) -> IceServer:
-        """``stun:host:port`` or ``turn:user:secret@host:port[?transport=udp]``."""
-        scheme, sep, rest = spec.partition(":")
-        if not sep or scheme not in ("stun", "stuns", "turn", "turns") or not rest:
-            raise ValueError(f"bad ICE server {spec!r}: expected stun:host:port or turn:user:pass@host:port")
-        if "@" not in rest:
-            return cls(urls=[spec])
-        creds, _, hostport = rest.rpartition("@")
-        username, _, credential = creds.partition(":")
-        return cls(urls=[f"{scheme}:{hostport}"], username=username or None, credential=credential or None)
 
 
 def default_engine_threads() -> int:
@@ -209,6 +190,16 @@ class Settings(BaseModel):
             max_delay=self.playout_max_delay_s,
             capacity_frames=self.playout_capacity_frames,
             preview=self.playout_preview,
+        )
+
+    def vad_config(self) -> VadConfig | None:
+        """Agent mode's voice activity detection on the user's microphone; None when turned off."""
+        if not self.vad:
+            return None
+        return VadConfig(
+            threshold=self.vad_threshold,
+            neg_threshold=max(0.01, self.vad_threshold - 0.15),
+            min_silence_ms=self.vad_min_silence_ms,
         )
 
     @property

@@ -19,7 +19,7 @@ import websockets
 from ray.cluster_utils import Cluster
 from server_helpers import Received, Running, collect, connect_client, serving
 
-from server.api.protocol import control_subprotocols
+from server.base.protocol import control_subprotocols
 from server.cluster.gateway import create_gateway
 from server.config import Settings
 

@@ -28,8 +28,8 @@ from engine.service.costs import CostModel
 from engine.service.pool import WorkerPool
 from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
+from server.base.engine_link import Engine
 from server.config import Settings
-from server.session.engine_link import Engine
 from server.voice.tts import _read_wav
 
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000

@@ -24,18 +24,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.api.control import serve_control
 from server.api.cors import allow_origins
-from server.api.errors import ApiError
+from server.api.engine_setup import engine_client
 from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits, client_key
-from server.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from server.api.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.api.redact import install_redaction
 from server.api.whip import create_router as whip_router
+from server.base.engine_link import Engine, EngineError, sample_rate_of
+from server.base.errors import ApiError
+from server.base.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from server.base.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
 from server.config import Settings
 from server.media import ice_network
 from server.media.peer import BadOffer
-from server.session.engine_link import Engine, EngineError, engine_client, sample_rate_of
 from server.session.manager import SessionManager
 from server.voice.tts import TTSBackend, create_backend
 
@@ -301,6 +302,6 @@ def create_app(
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.include_router(whip_router())
     allow_origins(app, settings.cors_origins)
-    ice_network.configure(ice_network.IceNetwork.of(settings))
+    ice_network.configure(ice_network.IceNetwork.of(settings.ice_ports, settings.public_address))
     app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too
     return app

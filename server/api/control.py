@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from server.api.errors import ApiError, ControlError
-from server.api.metrics import ServerMetrics
-from server.api.protocol import (
+from server.base.errors import ApiError, ControlError
+from server.base.metrics import ServerMetrics
+from server.base.protocol import (
     CONTROL_SUBPROTOCOL,
     TOKEN_SUBPROTOCOL,
     AudioAppend,

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from server.api.errors import ApiError
+from server.base.errors import ApiError
 
 WINDOW_S = 60.0
 PRUNE_AT = 1024  # clients tracked before idle ones are dropped (then twice as many as remain)

@@ -17,9 +17,9 @@ from aiortc import RTCSessionDescription
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from server.api.errors import ApiError
-from server.api.protocol import ErrorResponse
-from server.config import IceServer, Settings
+from server.base.errors import ApiError
+from server.base.protocol import ErrorResponse, IceServer
+from server.config import Settings
 from server.media.peer import BadOffer
 from server.media.trickle import TrickleLimit, add_candidates, budget, is_restart, parse_fragment
 from server.session.manager import SessionManager

@@ -24,8 +24,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from server.api.errors import ApiError
-from server.api.protocol import ErrorResponse
+from server.base.errors import ApiError
+from server.base.protocol import ErrorResponse
 from server.cluster.membership import ClusterNode, Membership
 from server.cluster.metrics import GatewayMetrics
 from server.cluster.node_settings import passed_to_nodes

@@ -79,7 +79,7 @@ class AvatarNode:
 
     async def _serve(self) -> str:
         from server.api.app import create_app  # the engine's imports: only where a node runs
-        from server.cli import server_config
+        from server.api.uvicorn_config import server_config
 
         ip = ray.util.get_node_ip_address()
         settings = node_settings(self._passed, os.environ, ip)

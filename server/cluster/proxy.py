@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 from fastapi import Request, Response
 
-from server.api.errors import ApiError
+from server.base.errors import ApiError
 from server.cluster.membership import ClusterNode
 
 REQUEST_HEADERS = frozenset({"authorization", "content-type", "accept", "if-match"})

@@ -16,7 +16,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from server.api.protocol import CONTROL_SUBPROTOCOL, ErrorEvent
+from server.base.protocol import CONTROL_SUBPROTOCOL, ErrorEvent
 from server.cluster.membership import ClusterNode
 
 CLOSE_SESSION_ENDED = 4000

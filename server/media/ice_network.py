@@ -21,8 +21,6 @@ from aioice import Candidate, Connection
 from aioice.candidate import candidate_foundation, candidate_priority
 from aioice.ice import StunProtocol, server_reflexive_candidate
 
-from server.config import Settings
-
 log = logging.getLogger(__name__)
 AIOICE_CONNECTION = Connection
 STUN_TIMEOUT_S = 5.0
@@ -36,9 +34,9 @@ class IceNetwork:
     public_address: str | None = None
 
     @classmethod
-    def of(cls, settings: Settings) -> IceNetwork:
-        public = settings.public_address
-        return cls(settings.ice_ports, str(public) if public is not None else None)
+    def of(cls, ports: tuple[int, int] | None, public_address: ipaddress.IPv4Address | None) -> IceNetwork:
+        """From the settings' ``ice_ports`` and ``public_address``."""
+        return cls(ports, str(public_address) if public_address is not None else None)
 
     @property
     def is_default(self) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from server.api.metrics import ServerMetrics
+from server.base.metrics import ServerMetrics
 from server.media.audio import Resampler, take_samples
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
 
-from server.config import IceServer
+from server.base.protocol import IceServer
 from server.media.sdp import BadOffer, check_offer
 
 __all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "dead_rtcp",

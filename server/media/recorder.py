@@ -15,7 +15,7 @@ import queue
 import threading
 from pathlib import Path
 
-from server.session.engine_link import Mp4Writer, PublishedFrame
+from server.base.engine_link import Mp4Writer, PublishedFrame
 
 log = logging.getLogger(__name__)
 _STOP = object()

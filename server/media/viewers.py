@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
-from server.config import IceServer
+from server.base.protocol import IceServer
 from server.media.broadcast import Broadcast, FanOutTrack
 from server.media.microphone import consume_microphone
 from server.media.peer import answer, close_peer, create_peer

@@ -12,8 +12,8 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, MetricsEvent, ServerEvent, SessionReady
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ErrorEvent, MetricsEvent, ServerEvent, SessionReady
 
 EVENT_QUEUE = 256
 MAX_OBSERVERS = 4

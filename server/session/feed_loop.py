@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.api.protocol import ErrorEvent, ServerEvent
-from server.session.engine_link import EngineLink
+from server.base.engine_link import EngineLink
+from server.base.protocol import ErrorEvent, ServerEvent
 from server.session.feeder import Feeder
 from server.session.generated import GeneratedFrames
 from server.voice.playback import PlaybackTracker

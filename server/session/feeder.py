@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from server.config import Mode
+from server.base.protocol import Mode
 from server.media.microphone import SampleFifo
 from server.voice.speech import Segment, SpeechQueue
 

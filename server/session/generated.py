@@ -6,14 +6,14 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from server.api.metrics import ServerMetrics
+from server.base.engine_link import PublishedFrame
+from server.base.metrics import ServerMetrics
 from server.media.playout import PlayoutBuffer, PlayoutClosed
 from server.media.recorder import MP4Recorder
-from server.session.engine_link import PublishedFrame
 
 
 class GeneratedFrames:
-    """The session's :class:`~server.session.engine_link.FrameSink`.
+    """The session's :class:`~server.base.engine_link.FrameSink`.
 
     Frames are recorded as generated (independent of playout), and reach playout only once the
     peer is connected, so the playout's t0 is the connection.

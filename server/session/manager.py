@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from server.api.errors import ApiError
-from server.api.metrics import ServerMetrics
-from server.api.protocol import SessionCreate
+from server.base.engine_link import Engine, EngineError
+from server.base.errors import ApiError
+from server.base.metrics import ServerMetrics
+from server.base.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, EngineError
 from server.session.reaper import SessionReaper
 from server.session.reference_image import ReferenceImages
 from server.session.session import AvatarSession

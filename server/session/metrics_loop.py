@@ -6,12 +6,12 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from server.api.metrics import ServerMetrics
-from server.api.protocol import MetricsEvent, ServerEvent
+from server.base.engine_link import EngineLink
+from server.base.metrics import ServerMetrics
+from server.base.protocol import MetricsEvent, ServerEvent
 from server.media.microphone import MicrophoneIntake
 from server.media.playout import PlayoutBuffer
 from server.media.sync_probe import SyncProbe
-from server.session.engine_link import EngineLink
 from server.session.feeder import Feeder
 from server.session.generated import GeneratedFrames
 from server.session.playback_reporter import PlaybackReporter

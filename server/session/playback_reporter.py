@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ServerEvent
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ServerEvent
 from server.media.playout import AudioOut, VideoOut
 from server.media.sync_probe import SyncProbe
 from server.session.liveness import Liveness

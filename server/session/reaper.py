@@ -6,14 +6,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from server.config import Settings
 from server.media.peer import last_rtcp_age, remote_streams
-
-if TYPE_CHECKING:
-    from server.session.manager import SessionManager
-    from server.session.session import AvatarSession
+from server.session.session import AvatarSession
 
 log = logging.getLogger(__name__)
 # A browser sends from 1-3 SSRCs (audio, video, its RTX). aiortc keeps statistics for every SSRC a
@@ -21,10 +19,19 @@ log = logging.getLogger(__name__)
 MAX_REMOTE_STREAMS = 16
 
 
+class Sessions(Protocol):
+    """What the reaper needs of the session manager: the sessions, and a way to close one."""
+
+    @property
+    def sessions(self) -> Mapping[str, AvatarSession]: ...
+
+    def close_soon(self, session_id: str, reason: str) -> None: ...
+
+
 class SessionReaper:
     """Checks every session each ``interval_s`` and has the manager close the ones it finds dead."""
 
-    def __init__(self, manager: SessionManager, settings: Settings, interval_s: float = 1.0) -> None:
+    def __init__(self, manager: Sessions, settings: Settings, interval_s: float = 1.0) -> None:
         self._manager = manager
         self._settings = settings
         self._interval_s = interval_s

@@ -15,10 +15,10 @@ import asyncio
 import base64
 import binascii
 
-from server.api.errors import ApiError
-from server.api.protocol import SessionCreate
+from server.base.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError, PhotoAvatar
+from server.base.errors import ApiError
+from server.base.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError, PhotoAvatar
 
 DECODERS = 2
 MIN_SIDE = 64  # smaller references carry too little of a face to animate

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
-from server.api.errors import ApiError
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, QualityChanged, SessionCreate, SessionReady
-from server.config import Mode, Settings
+from server.base.engine_link import EngineError, EngineLink, QualityEvent
+from server.base.errors import ApiError
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ErrorEvent, Mode, QualityChanged, SessionCreate, SessionReady
+from server.config import Settings
 from server.media.broadcast import Broadcast
 from server.media.clock import MonotonicClock
 from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
@@ -29,7 +30,6 @@ from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
 from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
 from server.media.viewers import TooManyViewers, Viewers
-from server.session.engine_link import EngineError, EngineLink, QualityEvent
 from server.session.events import SessionEvents
 from server.session.feed_loop import FeedLoop
 from server.session.feeder import Feeder
@@ -93,7 +93,8 @@ class AvatarSession:
             self.feeder,
             sr,
             self.fps,
-            settings,
+            settings.max_text_chars,
+            settings.vad_config(),
             options.voice or settings.voice,
             settings.barge_in if options.barge_in is None else options.barge_in,
             settings.user_audio if options.user_audio is None else options.user_audio,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from server.base.engine_link import PublishedFrame
 from server.media.playout import VideoOut
-from server.session.engine_link import PublishedFrame
 
 KEEP = 1500  # entries per log: 30 s of 20 ms blocks, 60 s of frames at 25 fps
 

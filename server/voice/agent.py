@@ -9,10 +9,9 @@ from typing import Protocol
 
 import numpy as np
 
-from server.api.errors import ControlError
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ServerEvent
-from server.config import Mode, Settings
+from server.base.errors import ControlError
+from server.base.metrics import ServerMetrics
+from server.base.protocol import Mode, ServerEvent
 from server.voice.barge_in import BargeIn
 from server.voice.intake import SpeechIntake
 from server.voice.mute import VoiceGate
@@ -29,16 +28,6 @@ class FeedPosition(Protocol):
     fed: int
 
 
-def vad_config(settings: Settings) -> VadConfig | None:
-    if not settings.vad:
-        return None
-    return VadConfig(
-        threshold=settings.vad_threshold,
-        neg_threshold=max(0.01, settings.vad_threshold - 0.15),
-        min_silence_ms=settings.vad_min_silence_ms,
-    )
-
-
 class AgentVoice:
     """Owns the intake, the playback tracker, the voice gate and barge-in of one session."""
 
@@ -48,7 +37,8 @@ class AgentVoice:
         feed: FeedPosition,
         sample_rate: int,
         fps: int,
-        settings: Settings,
+        max_text_chars: int,
+        vad: VadConfig | None,
         voice: str | None,
         barge_in: bool,
         user_audio: bool,
@@ -62,11 +52,11 @@ class AgentVoice:
         self.tracker = PlaybackTracker(sample_rate, fps)
         self.gate = VoiceGate(sample_rate)
         self.intake = SpeechIntake(
-            speech, sample_rate, settings.max_text_chars, voice, emit, metrics, tts, self.tracker.rename
+            speech, sample_rate, max_text_chars, voice, emit, metrics, tts, self.tracker.rename
         )
         self.barge_in = BargeIn(
             sample_rate,
-            vad_config(settings),
+            vad,
             barge_in,
             user_audio,
             emit,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.api.protocol import ErrorEvent, ServerEvent, UserSpeechStarted, UserSpeechStopped
+from server.base.protocol import ErrorEvent, ServerEvent, UserSpeechStarted, UserSpeechStopped
 from server.media.audio import float_to_pcm16
 from server.voice.vad import SpeechDetector, SpeechStarted, VadConfig, VadUnavailable
 

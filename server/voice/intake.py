@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.api.errors import ControlError
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, PlaybackFinished, ServerEvent, UtteranceQueued
+from server.base.errors import ControlError
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ErrorEvent, PlaybackFinished, ServerEvent, UtteranceQueued
 from server.media.audio import Resampler
 from server.voice import tts
 from server.voice.speech import BacklogFull, SpeechQueue, Utterance

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from server.api.protocol import PlaybackFinished, PlaybackStarted
+from server.base.protocol import PlaybackFinished, PlaybackStarted
 
 
 @dataclass

@@ -26,8 +26,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from server.base.engine_link import piper
 from server.media.audio import float_to_pcm16, resample_pcm16
-from server.session.engine_link import piper
 
 ESPEAK = "espeak-ng"
 Backend = Literal["espeak", "piper"]

@@ -15,7 +15,7 @@ import websockets
 from agent_helpers import LEAD_S, tone, user_wav
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, session_tasks, wait_until
 
-from server.api.protocol import PlaybackFinished, PlaybackStarted, UtteranceQueued
+from server.base.protocol import PlaybackFinished, PlaybackStarted, UtteranceQueued
 from server.client import AvatarError, AvatarSession
 
 pytestmark = pytest.mark.usefixtures("one_thread")

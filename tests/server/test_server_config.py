@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from server.config import IceServer, Settings
+from server.base.protocol import IceServer
+from server.config import Settings
 
 
 def test_settings_from_env_and_flags():

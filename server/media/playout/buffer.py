@@ -28,6 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from server.base.engine_link import PublishedFrame
 from server.media.clock import Clock, MonotonicClock
 from server.media.playout.av_offset import AvOffsetMeter
 from server.media.playout.config import EPS, PlayoutConfig
@@ -35,7 +36,6 @@ from server.media.playout.delay import DelayController
 from server.media.playout.epochs import EpochTimeline
 from server.media.playout.frame_queue import FrameQueue, Held
 from server.media.playout.outputs import AudioOut, PlayoutClosed, PlayoutStats, VideoOut
-from server.session.engine_link import PublishedFrame
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from server.base.engine_link import PublishedFrame
 from server.media.playout.config import EPS, PlayoutConfig
-from server.session.engine_link import PublishedFrame
 
 
 @dataclass(frozen=True)

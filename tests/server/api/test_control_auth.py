@@ -10,7 +10,7 @@ import pytest
 import websockets
 from server_helpers import make_settings, running_server
 
-from server.api.protocol import control_subprotocols
+from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

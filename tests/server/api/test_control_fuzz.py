@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from server_helpers import make_settings, running_server, session_tasks, wait_until
 from websockets.sync.client import connect
 
-from server.api.protocol import control_subprotocols
+from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_BYTES = 8192

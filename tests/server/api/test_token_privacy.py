@@ -12,8 +12,8 @@ import pytest
 import websockets
 from server_helpers import make_settings, running_server
 
-from server.api.protocol import control_subprotocols
 from server.api.redact import REDACTED
+from server.base.protocol import control_subprotocols
 from server.client import AvatarSession
 
 SERVER_TOKEN = "srv-Zq8uY3mK0pLx7TvB2wNc"

@@ -12,7 +12,7 @@ from server_helpers import SpeechTrack, loopback_only, make_settings, running_se
 from whip_helpers import SDP, bearer, mouth_follows_voice, post_offer, whep_viewer, whip_publisher
 
 from server.api.whip import ice_links
-from server.config import IceServer
+from server.base.protocol import IceServer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FRAGMENT = "application/trickle-ice-sdpfrag"

@@ -14,10 +14,10 @@ from server_helpers import make_settings, running_server
 
 from engine.eval.variants import make_variants
 from engine.media.image import decode_image
-from server.api.errors import ApiError
-from server.api.protocol import SessionCreate
+from server.base.engine_link import Engine, ImageLimits, PhotoAvatar
+from server.base.errors import ApiError
+from server.base.protocol import SessionCreate
 from server.config import Settings
-from server.session.engine_link import Engine, ImageLimits, PhotoAvatar
 from server.session.reference_image import MIN_SIDE, ReferenceImages
 
 

@@ -7,12 +7,12 @@ import threading
 
 import numpy as np
 
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, MetricsEvent, PlaybackFinished, PlaybackStarted, SessionReady
+from server.base.engine_link import PublishedFrame
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ErrorEvent, MetricsEvent, PlaybackFinished, PlaybackStarted, SessionReady
 from server.media import recorder as recorder_module
 from server.media.playout import PlayoutBuffer, PlayoutConfig
 from server.media.recorder import MP4Recorder
-from server.session.engine_link import PublishedFrame
 from server.session.events import EVENT_QUEUE, EventQueue, SessionEvents
 from server.session.generated import GeneratedFrames
 

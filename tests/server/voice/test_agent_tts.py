@@ -13,8 +13,8 @@ from agent_helpers import live_session
 from server_helpers import loopback_only, make_settings, running_server, wait_until
 
 from server import cli
-from server.api.metrics import ServerMetrics
-from server.api.protocol import ErrorEvent, UtteranceQueued
+from server.base.metrics import ServerMetrics
+from server.base.protocol import ErrorEvent, UtteranceQueued
 from server.config import Settings
 from server.voice import tts
 from server.voice.intake import SpeechIntake

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.api.protocol import PlaybackFinished, PlaybackStarted
+from server.base.protocol import PlaybackFinished, PlaybackStarted
 from server.voice.playback import PlaybackTracker
 
 SR, FPS = 16_000, 25

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -33,11 +33,9 @@ from engine.service.messages import EngineInfo, SessionSpec
 from engine.service.pool import WorkerPool, worker_devices
 from engine.service.worker import WorkerOptions
 
-if TYPE_CHECKING:
-    from server.config import Settings
-
 __all__ = [
     "Engine",
+    "EngineClient",
     "EngineError",
     "EngineInfo",
     "EngineLink",
@@ -46,15 +44,16 @@ __all__ = [
     "ImageLimits",
     "ImageTooLargeError",
     "Mp4Writer",
+    "ParallelPlan",
     "PhotoAvatar",
     "PublishedFrame",
     "QualityEvent",
+    "WorkerOptions",
+    "WorkerPool",
     "WorkerView",
-    "engine_client",
     "piper",
     "sample_rate_of",
     "worker_devices",
-    "worker_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,22 +71,6 @@ class ImageTooLargeError(ImageError):
 def sample_rate_of(config: str) -> int:
     """The audio rate an engine config runs at, known before any worker starts (KeyError if unknown)."""
     return get_config(config).audio.sample_rate
-
-
-def worker_options(settings: Settings) -> WorkerOptions:
-    """What each engine worker builds; ``ValueError`` for a parallel plan that cannot work."""
-    plan = ParallelPlan(sequence=settings.sequence_parallel, pipeline=settings.pipeline_parallel,
-                        shard=settings.shard, offload=settings.offload)
-    return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
-                         guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality,
-                         drawn=settings.drawn, settle_s=settings.engine_settle_s,
-                         parallel=None if plan.single else plan)
-
-
-def engine_client(settings: Settings) -> EngineClient:
-    """The engine the settings name: ``engine_workers`` subprocess workers (default one per
-    device), or one in-process worker thread with ``engine = "inprocess"``."""
-    return WorkerPool(worker_options(settings), workers=settings.engine_workers, kind=settings.engine)
 
 
 class Engine:

@@ -35,8 +35,8 @@ async def test_server_warms_the_engine_up_before_it_serves(caplog: pytest.LogCap
 
 def test_guidance_setting_reaches_the_engine() -> None:
     from engine.service.worker import load_core
+    from server.api.engine_setup import worker_options
     from server.cli import FLAGS
-    from server.session.engine_link import worker_options
 
     assert ("--guidance", "guidance") in [(flag, field) for flag, field, _ in FLAGS]
     settings = Settings.from_env({"AVATAR_GUIDANCE": "2"}, config="micro", warm_up=False)
@@ -54,8 +54,9 @@ def test_parallel_flags_give_each_worker_a_plan_and_a_group_of_devices(capsys) -
     """``--sequence-parallel 2`` on 8 GPUs: four workers, on cuda:0, :2, :4, :6 (each worker's
     ranks on the next device); a plan no engine can run is one line and exit 2."""
     from engine.parallel.plan import ParallelPlan
+    from server.api.engine_setup import worker_options
+    from server.base.engine_link import worker_devices
     from server.cli import main as cli_main
-    from server.session.engine_link import worker_devices, worker_options
 
     assert worker_options(Settings()).parallel is None
     options = worker_options(Settings(device="cuda", sequence_parallel=2))

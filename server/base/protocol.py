@@ -14,8 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
 
-from server.config import IceServer, Mode
-
+Mode = Literal["mirror", "agent"]
 MIN_RATE, MAX_RATE = 8_000, 96_000
 Voice = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$")]
 # The control socket's subprotocols: a client offers both, the server selects the first. The
@@ -33,6 +32,26 @@ class _Message(BaseModel):
 
 
 # ---- HTTP ----------------------------------------------------------------------------
+
+
+class IceServer(BaseModel):
+    """One STUN/TURN server, in the shape both aiortc and the browser's RTCIceServer accept."""
+
+    urls: list[str]
+    username: str | None = None
+    credential: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> IceServer:
+        """``stun:host:port`` or ``turn:user:secret@host:port[?transport=udp]``."""
+        scheme, sep, rest = spec.partition(":")
+        if not sep or scheme not in ("stun", "stuns", "turn", "turns") or not rest:
+            raise ValueError(f"bad ICE server {spec!r}: expected stun:host:port or turn:user:pass@host:port")
+        if "@" not in rest:
+            return cls(urls=[spec])
+        creds, _, hostport = rest.rpartition("@")
+        username, _, credential = creds.partition(":")
+        return cls(urls=[f"{scheme}:{hostport}"], username=username or None, credential=credential or None)
 
 
 class SessionCreate(_Message):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from server.api.protocol import AudioAppend, Speak, client_message
+from server.base.protocol import AudioAppend, Speak, client_message
 
 
 def test_client_messages_validate_by_type():

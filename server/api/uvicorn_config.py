@@ -1,0 +1,26 @@
+"""How an app runs on uvicorn: the same for ``avatar serve`` and for an avatar node of a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import uvicorn
+
+from server.config import Settings
+
+
+def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
+    """How ``avatar serve`` runs an app on uvicorn (an avatar node of a cluster runs the same)."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        ws_max_size=settings.max_control_bytes + 4096,
+        ws_ping_interval=5.0,
+        ws_ping_timeout=5.0,
+        # X-Forwarded-For decides whom the client limits count against, so it is trusted only when
+        # asked: by the settings (a reverse proxy here) or by naming the forwarders (a cluster node).
+        proxy_headers=settings.proxy_headers or "forwarded_allow_ips" in extra,
+        **extra,
+    )
