@@ -1,5 +1,6 @@
-"""The import contracts in pyproject.toml hold: the server's layers run one way, and the
-engine imports nothing of the server (the check ``make test`` runs as ``lint-imports``)."""
+"""The import contracts in pyproject.toml hold (the check ``make test`` runs as ``lint-imports``): the
+server's layers run one way, the engine imports nothing of the server, and inference imports no
+evaluation or training code."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.eval.probe import HELD_OUT_SEED
 from engine.media.audio_io import load_audio
 from engine.puppet import Identity
+from engine.train.frame_readers import HELD_OUT_SEED
 
 EVAL_SENTENCES: tuple[str, ...] = (
     "Bright lanterns drift across the quiet harbour before midnight.",

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.eval.probe import OpennessNet, measure_openness, square
+from engine.eval.probe import OpennessNet, measure_openness
+from engine.photo.crops import square
 
 MAX_LAG = 5
 # Left out of appearance features: the mouth moves with speech by design, which is not

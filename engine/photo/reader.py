@@ -9,24 +9,21 @@ identities, poses, blinks and mouth shapes, with blur/noise/colour augmentation 
 the softer frames the generator makes. Like the openness probe it also sees the driver's
 reference (neutral, mouth closed), which separates a wide mouth at rest from an open one.
 
-Trained by ``avatar train`` (its ``reader`` stage) or ``python -m engine.photo.reader`` (about
+Trained by ``avatar train`` (its ``reader`` stage) or ``python -m engine.train.reader`` (about
 100 s of CPU).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
-from engine.eval.probe import HELD_OUT_SEED, fit, mouth_crops, puppet_frames, region_crops
+from engine.photo.crops import mouth_crops, region_crops, standardised
 from engine.puppet import FaceState
 
 # Trained by `avatar train` (stage "reader") beside the bundled model; it reads any engine's frames.
@@ -68,13 +65,6 @@ def _tower(channels: int) -> nn.Sequential:
     )
 
 
-def _standardised(x: torch.Tensor) -> torch.Tensor:
-    crops = x.unflatten(1, (2, 3))
-    mean = crops.mean(dim=(2, 3, 4), keepdim=True)
-    std = crops.std(dim=(2, 3, 4), keepdim=True).clamp_min(0.02)
-    return ((crops - mean) / std).flatten(1, 2)
-
-
 class MotionReader(nn.Module):
     """Three towers (the mouth, the whole face and the eyes, each beside the reference's) and a head."""
 
@@ -87,7 +77,7 @@ class MotionReader(nn.Module):
 
     def forward(self, mouth: torch.Tensor, face: torch.Tensor, eyes: torch.Tensor) -> torch.Tensor:
         """Scaled outputs (see ``OUTPUTS``) for (N, 6, ., .) frame+reference crop pairs."""
-        towers = (self.mouth(_standardised(mouth)), self.face(_standardised(face)), self.eyes(_standardised(eyes)))
+        towers = (self.mouth(standardised(mouth)), self.face(standardised(face)), self.eyes(standardised(eyes)))
         return self.head(torch.cat(towers, dim=1))
 
 
@@ -118,50 +108,11 @@ def paired_crops(frames: np.ndarray, refs: np.ndarray | ReferenceCrops,
     return out
 
 
-def reader_dataset(identity_seeds: range, per_identity: int, seed: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-    frames, refs, states = puppet_frames(identity_seeds, per_identity, seed)
-    target = torch.from_numpy(np.array([[getattr(s, name) for name, _ in OUTPUTS] for s in states],
-                                       dtype=np.float32)) / SCALES
-    return paired_crops(frames, refs, per_identity), target
-
-
-def train_reader(seed: int = 0, out: Path | None = READER_PATH, identities: int = 800, per_identity: int = 8,
-                 steps: int = 3000, heldout_identities: int = 40, log: bool = True) -> dict[str, object]:
-    """Train from scratch on one thread (deterministic for a seed) and save; returns held-out figures."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _train(seed, out, identities, per_identity, steps, heldout_identities, log)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train(seed: int, out: Path | None, identities: int, per_identity: int, steps: int, heldout: int,
-           log: bool) -> dict[str, object]:
-    t0 = time.process_time()
-    torch.manual_seed(seed)
-    x, y = reader_dataset(range(identities), per_identity, seed)
-    xv, yv = reader_dataset(range(HELD_OUT_SEED, HELD_OUT_SEED + heldout), 8, seed + 1)
-    net = fit(MotionReader(), x, y, steps, seed, "reader" if log else None, log_every=250)
-    with torch.no_grad():
-        pred = net(*xv)
-    r = {name: float(np.corrcoef(pred[:, i].numpy(), yv[:, i].numpy())[0, 1]) for i, (name, _) in enumerate(OUTPUTS)}
-    report: dict[str, object] = {"seed": seed, "train_frames": int(y.shape[0]), "heldout_frames": int(yv.shape[0]),
-                                 "heldout_r": {k: round(v, 4) for k, v in r.items()},
-                                 "total_cpu_s": round(time.process_time() - t0, 1)}
-    if out is not None:
-        meta = {"seed": str(seed), "identities": str(identities), "per_identity": str(per_identity),
-                "steps": str(steps), "heldout_r": json.dumps(report["heldout_r"])}
-        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(out), metadata=meta)
-        load_reader.cache_clear()
-    return report
-
-
 @functools.lru_cache(maxsize=4)
 def load_reader(path: Path = READER_PATH) -> MotionReader:
     """The shipped reader (loaded once per process; read-only)."""
     if not path.exists():
-        raise FileNotFoundError(f"no motion reader at {path}; run `python -m engine.photo.reader` to train one")
+        raise FileNotFoundError(f"no motion reader at {path}; run `python -m engine.train.reader` to train one")
     net = MotionReader()
     net.load_state_dict(load_file(str(path)))
     net.eval()
@@ -178,16 +129,3 @@ def read_motion(frames: np.ndarray, reference: np.ndarray | ReferenceCrops, read
         values = net(*paired_crops(frames, reference, repeats)) * SCALES
     return [FaceState(**{name: float(v) for (name, _), v in zip(OUTPUTS, row, strict=True)})
             for row in values.tolist()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="train the motion reader photo avatars copy their motion through")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(READER_PATH))
-    args = parser.parse_args(argv)
-    print(json.dumps(train_reader(args.seed, Path(args.out)), indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.eval.probe import CROP
+from engine.photo.crops import CROP
 from engine.puppet import FaceState, Identity, face_track_from_audio, reference_image, render
 from engine.train.speech import VOICES, utterance
 
@@ -69,6 +69,6 @@ def _box(w: torch.Tensor, box: tuple[float, float, float, float], extra: float) 
 
 def mouth_weight(height: int, width: int, extra: float) -> torch.Tensor:
     """(height, width) loss weight: 1, plus ``extra`` over the mouth region the lip-sync probe
-    reads (``engine.eval.probe.CROP``), on any grid (pixels, latent tokens). Lip sync lives in
+    reads (``engine.photo.crops.CROP``), on any grid (pixels, latent tokens). Lip sync lives in
     a few percent of the frame, which a uniform loss would drown out."""
     return _box(torch.ones(height, width), CROP, extra)

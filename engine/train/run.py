@@ -152,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                    eyes_weight=args.warp_eyes, crop=args.warp_crop, batch=args.warp_batch,
                    final_l1=tail_mean(losses, 50))
         elif stage == "reader":
-            from engine.photo.reader import train_reader
+            from engine.train.reader import train_reader
 
             report = train_reader(args.seed, out / "motion_reader.safetensors", identities=args.reader_identities,
                                   steps=args.reader_steps, log=False)

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from engine.eval.probe import CROP
 from engine.modules.vae import VAEDecoder, VAEEncoder
+from engine.photo.crops import CROP
 from engine.train.data import Clip, mouth_weight, reference_tensor, to_tensor
 
 
@@ -30,7 +30,7 @@ def crop_box(size: int, crop: int, multiple: int, rng: np.random.Generator,
              mouth: bool = False) -> tuple[int, int, int]:
     """A crop aligned to the latent grid (the autoencoder is fully convolutional and its
     norms are per pixel, so crops train the same weights full frames use); with ``mouth``,
-    one that holds the whole mouth region (``engine.eval.probe.CROP``)."""
+    one that holds the whole mouth region (``engine.photo.crops.CROP``)."""
     crop = min(crop, size)
     last = (size - crop) // multiple
     if not mouth:

@@ -16,9 +16,11 @@ from safetensors.torch import load_file
 
 from engine.eval import metrics
 from engine.eval.material import make_clip
-from engine.eval.probe import HELD_OUT_SEED, PROBE_PATH, load_probe, probe_dataset, train_openness_probe
+from engine.eval.probe import PROBE_PATH, load_probe
 from engine.frames import PublishedFrame
 from engine.puppet import Identity, face_track_from_audio, reference_image, render_video
+from engine.train.frame_readers import HELD_OUT_SEED
+from engine.train.probe import probe_dataset, train_openness_probe
 
 SR = 16000
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")

@@ -13,8 +13,8 @@ import pytest
 from engine.eval import metrics
 from engine.eval.matched import MOUTH, matched_states, matched_take
 from engine.eval.material import make_clip
-from engine.eval.probe import HELD_OUT_SEED
 from engine.puppet import FaceState, Identity, face_track_from_audio, reference_image, render_video
+from engine.train.frame_readers import HELD_OUT_SEED
 
 SR, FPS, SIZE = 16000, 25, 256
 pytestmark = [pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),

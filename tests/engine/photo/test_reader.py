@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.eval.probe import HELD_OUT_SEED, puppet_frames
 from engine.photo.reader import read_motion, reference_crops
+from engine.train.frame_readers import HELD_OUT_SEED, puppet_frames
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 
 from engine.cli import main as avatar
 from engine.config import get_config
-from engine.eval.probe import CROP
 from engine.models import ModelSet
+from engine.photo.crops import CROP
 from engine.pipeline import Pipeline
 from engine.puppet import FaceState, render
 from engine.train.data import EYES, eyes_weight, make_clip, mouth_weight, reference_tensor, to_tensor

@@ -13,7 +13,8 @@ from agent_helpers import live_session
 from server_helpers import VIDEO_HOLD_S, engine_pipeline, loopback_only, make_settings, running_server, wait_until
 
 from engine.avatars import avatar_image
-from engine.eval.probe import measure_openness, mouth_crops
+from engine.eval.probe import measure_openness
+from engine.photo.crops import mouth_crops
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT = "Hello there. I am a talking avatar, and my lips move when I speak to you."
