@@ -41,12 +41,6 @@ class KVBlock:
     def frames(self) -> list[int]:
         return sorted(set(self.frame.tolist()))
 
-    def keep_last_frames(self, count: int) -> KVBlock:
-        """The tokens of the newest ``count`` latent frames (copied, so older storage is freed)."""
-        keep = torch.tensor(self.frames()[-count:] if count > 0 else [], dtype=torch.long)
-        idx = torch.isin(self.frame, keep).nonzero().squeeze(1)
-        return KVBlock(self.k[:, :, idx].contiguous(), self.v[:, :, idx].contiguous(), self.frame[idx].clone())
-
     @staticmethod
     def concat(a: KVBlock | None, b: KVBlock) -> KVBlock:
         if a is None:

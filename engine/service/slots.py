@@ -88,13 +88,3 @@ class FrameSlots:
     def unlink(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
-
-
-def leftover_slot_files() -> list[Path]:
-    """Slot files of processes that no longer exist (a crashed web process)."""
-    out = []
-    for path in SHM_DIR.glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            out.append(path)
-    return out

@@ -83,7 +83,6 @@ class WorkerOptions:
         if self.settle_s is not None:
             return self.settle_s
         return 2.0 if self.device == "cpu" else 0.5
-    fault: str | None = None  # tests: "hang" stops making progress after the first batch
     # One engine over several devices (engine.parallel): its ranks are this worker's subprocesses.
     parallel: ParallelPlan | None = None
 
@@ -221,13 +220,10 @@ class Worker:
             self._drain(block=not self.core.due())
             if not self.running:
                 break
-            if self.options.fault == "hang" and self.core.batches:
-                time.sleep(0.05)
-            else:
-                outcome = self.core.step()
-                ranks_alive()
-                if outcome is not None:
-                    self._publish(outcome)
+            outcome = self.core.step()
+            ranks_alive()
+            if outcome is not None:
+                self._publish(outcome)
             self.report()
         for name in list(self.slots):
             self._close(name)
