@@ -120,6 +120,14 @@ class Settings(BaseModel):
         "(each fragment carries at most 32, as each section of an offer)"
     )
     max_control_bytes: int = Field(512 * 1024, ge=1024, description="largest websocket message, text or binary")
+    max_control_depth: int = Field(32, ge=2, description="nesting of a control message's JSON (arrays and objects)")
+    control_messages_per_s: float = Field(
+        200.0, gt=0, description="control socket messages (text or binary) read per second; a burst of two "
+        "seconds' worth is read at once, past it the socket is read no faster (the client's sends back up)"
+    )
+    control_handover_s: float = Field(
+        1.0, ge=0, description="a new control socket waits this long for the previous one to finish closing"
+    )
     max_text_chars: int = Field(2_000, ge=1)
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image file (bytes)")
     max_image_side: int = Field(4096, ge=64, description="reference image width and height, read from its header")
@@ -130,6 +138,9 @@ class Settings(BaseModel):
         False, description="trust X-Forwarded-For from 127.0.0.1 (a reverse proxy on this machine) for client limits"
     )
     max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
+    max_queued_utterances: int = Field(
+        64, ge=1, description="agent utterances queued per session (spoken, pushed or waiting for synthesis)"
+    )
     max_engine_backlog_s: float = Field(
         8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
     )

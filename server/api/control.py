@@ -33,6 +33,7 @@ from server.base.protocol import (
     Speak,
     client_message,
 )
+from server.config import Settings
 from server.session.events import EventQueue
 from server.session.manager import SessionManager
 from server.session.session import AvatarSession
@@ -71,14 +72,15 @@ async def serve_control(
         finally:
             session.events.unobserve(queue)
         return
-    if session.control_attached:
+    try:  # a client reconnecting right after a clean close may arrive before that socket's teardown ends
+        await asyncio.wait_for(session.control_lock.acquire(), manager.settings.control_handover_s)
+    except TimeoutError:
         await _refuse(ws, "control_busy", "this session already has a control socket", CLOSE_BUSY)
         return
-    session.control_attached = True
     try:
-        await ControlConnection(ws, session, manager.settings.max_control_bytes, metrics).run()
+        await ControlConnection(ws, session, manager.settings, metrics).run()
     finally:
-        session.control_attached = False
+        session.control_lock.release()
 
 
 def subprotocol_token(offered: list[str]) -> str | None:
@@ -114,10 +116,12 @@ async def serve_socket(ws: WebSocket, session: AvatarSession, read: Coroutine[An
 
 
 class ControlConnection:
-    def __init__(self, ws: WebSocket, session: AvatarSession, max_bytes: int, metrics: ServerMetrics) -> None:
+    def __init__(self, ws: WebSocket, session: AvatarSession, settings: Settings, metrics: ServerMetrics) -> None:
         self.ws = ws
         self.session = session
-        self.max_bytes = max_bytes
+        self.max_bytes = settings.max_control_bytes
+        self.max_depth = settings.max_control_depth
+        self.pace = MessagePace(settings.control_messages_per_s)
         self.metrics = metrics
         self._binary_rate: int | None = None  # set by an audio.append that announced a binary message
         self._binary_utterance: str | None = None
@@ -134,6 +138,7 @@ class ControlConnection:
 
     async def _read(self) -> None:
         while True:
+            await self.pace.wait()
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
@@ -160,6 +165,10 @@ class ControlConnection:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ControlError("bad_json", f"not JSON: {exc.msg} at position {exc.pos}") from exc
+        except RecursionError:  # deeper than the parser goes
+            raise ControlError("too_deep", f"JSON nested over {self.max_depth} levels") from None
+        if json_depth(raw) > self.max_depth:
+            raise ControlError("too_deep", f"JSON nested over {self.max_depth} levels")
         try:
             msg: ClientMessage = client_message.validate_python(raw)
         except ValidationError as exc:
@@ -185,6 +194,39 @@ class ControlConnection:
                 s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():
                 s.events.emit(Pong(id=msg.id, server_time=time.time()))
+
+
+def json_depth(value: object) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar: 0), without recursion."""
+    depth, level = 0, [(value, 0)]
+    while level:
+        item, d = level.pop()
+        if isinstance(item, dict | list):
+            depth = max(depth, d + 1)
+            level.extend((child, d + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return depth
+
+
+class MessagePace:
+    """A token bucket over one socket's messages: ``rate`` a second, bursts of two seconds' worth.
+    :meth:`wait` before each read; past the burst the socket is read at ``rate``, so a flooding
+    client's own sends back up and the server's work per socket stays bounded."""
+
+    def __init__(self, rate: float, clock=time.monotonic) -> None:
+        self.rate = rate
+        self.burst = 2 * rate
+        self._tokens = self.burst
+        self._clock = clock
+        self._at = clock()
+
+    async def wait(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            await asyncio.sleep((1 - self._tokens) / self.rate)
+            self._tokens, self._at = 1.0, self._clock()
+        self._tokens -= 1
 
 
 def _summarize(exc: ValidationError) -> str:

@@ -69,7 +69,7 @@ class AvatarSession:
         self.height, self.width = self.link.frame_size
         self.liveness = Liveness()
         self.close_reason: str | None = None
-        self.control_attached = False
+        self.control_lock = asyncio.Lock()  # held by the one control socket
         self.engine_started = asyncio.Event()
         self.started = asyncio.Event()
         self.connected = asyncio.Event()
@@ -77,7 +77,7 @@ class AvatarSession:
         self.events = SessionEvents(metrics, self.ready_event, self.started)
 
         sr = self.sample_rate
-        speech = SpeechQueue(int(settings.max_audio_backlog_s * sr))
+        speech = SpeechQueue(int(settings.max_audio_backlog_s * sr), settings.max_queued_utterances)
         self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
         self.feeder = Feeder(
             sr,
@@ -151,6 +151,10 @@ class AvatarSession:
         self._media_starting = False
         self._closing = False
         self._spawn(self.voice.run(), "intake")
+
+    @property
+    def control_attached(self) -> bool:
+        return self.control_lock.locked()
 
     @property
     def mode(self) -> Mode:

@@ -24,7 +24,7 @@ from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, PlaybackFinished, ServerEvent, UtteranceQueued
 from server.media.audio import Resampler
 from server.voice import tts
-from server.voice.speech import BacklogFull, SpeechQueue, Utterance
+from server.voice.speech import BacklogFull, SpeechQueue, TooManyUtterances, Utterance
 
 INTAKE_QUEUE = 16
 # Containers sent where raw PCM16 is expected: refused with a hint instead of played as noise.
@@ -84,7 +84,7 @@ class SpeechIntake:
             raise ControlError("busy", f"{self._jobs.maxsize} texts are already waiting for synthesis; slow down")
         self._close_streaming()
         uid = utterance_id or self._new_id()
-        utterance = self.speech.open(uid)
+        utterance = self._open(uid)
         self._jobs.put_nowait(_Job(self._generation, utterance, text, voice or self.voice))
         return uid
 
@@ -104,7 +104,7 @@ class SpeechIntake:
             self._close_streaming()
         if self._streaming is None:
             self._auto_named = utterance_id is None
-            self._streaming = self.speech.open(utterance_id or self._new_id())
+            self._streaming = self._open(utterance_id or self._new_id())
         if self._resampler is None or self._resampler[0] != sample_rate:
             self._flush_resampler()
             self._resampler = (sample_rate, Resampler(self.sample_rate))
@@ -142,6 +142,12 @@ class SpeechIntake:
         for utt in unstarted:
             self._emit(PlaybackFinished(utterance_id=utt.id, pts=None, interrupted=True))
         return cut
+
+    def _open(self, utterance_id: str) -> Utterance:
+        try:
+            return self.speech.open(utterance_id)
+        except TooManyUtterances as exc:
+            raise ControlError("too_many_utterances", f"{exc}; wait for playback or send interrupt") from None
 
     def _new_id(self) -> str:
         return f"utt_{next(self._ids)}"

@@ -74,9 +74,14 @@ class Segment:
     last: bool  # the utterance ends in this block (its last sample, or its closing)
 
 
+class TooManyUtterances(BacklogFull):
+    """The session already holds as many queued utterances as it takes."""
+
+
 class SpeechQueue:
-    def __init__(self, max_samples: int) -> None:
+    def __init__(self, max_samples: int, max_utterances: int) -> None:
         self.max_samples = max_samples
+        self.max_utterances = max_utterances  # each costs the per-block walk over the queue: bounded
         self._items: deque[Utterance] = deque()
 
     @property
@@ -97,7 +102,10 @@ class SpeechQueue:
         self._items.append(utterance)
 
     def open(self, utterance_id: str) -> Utterance:
-        """Reserve a place for an utterance whose audio will arrive later (see :meth:`extend`)."""
+        """Reserve a place for an utterance whose audio will arrive later (see :meth:`extend`);
+        :class:`TooManyUtterances` when ``max_utterances`` are queued."""
+        if len(self._items) >= self.max_utterances:
+            raise TooManyUtterances(f"{self.max_utterances} utterances are already queued")
         utterance = Utterance(utterance_id, closed=False)
         self._items.append(utterance)
         return utterance

@@ -16,7 +16,7 @@ def utt(uid: str, n: int, value: float = 0.5) -> Utterance:
 
 
 def make_feeder(mode="agent", holdback=0.0, backlog_s=8.0) -> Feeder:
-    return Feeder(SR, SpeechQueue(60 * SR), SampleFifo(SR), holdback, int(backlog_s * SR), mode)
+    return Feeder(SR, SpeechQueue(60 * SR, 64), SampleFifo(SR), holdback, int(backlog_s * SR), mode)
 
 
 def test_fifo_is_bounded_and_drops_oldest():

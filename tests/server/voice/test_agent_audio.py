@@ -21,7 +21,7 @@ SR = 16000
 
 
 def test_open_utterance_plays_as_it_arrives_and_keeps_its_place():
-    q = SpeechQueue(10 * SR)
+    q = SpeechQueue(10 * SR, 64)
     a = q.open("a")
     b = q.open("b")
     q.extend(b, np.full(100, 0.2, np.float32))

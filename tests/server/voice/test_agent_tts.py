@@ -91,7 +91,7 @@ class GatedTTS:
 
 async def test_first_sentence_is_queued_before_the_rest_is_synthesised():
     events = []
-    speech = SpeechQueue(60 * SR)
+    speech = SpeechQueue(60 * SR, 64)
     backend = GatedTTS()
     intake = SpeechIntake(speech, SR, 2000, None, events.append, ServerMetrics(), backend)
     worker = asyncio.create_task(intake.run())

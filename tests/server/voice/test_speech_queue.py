@@ -13,7 +13,7 @@ def utt(uid: str, n: int, value: float = 0.5) -> Utterance:
 
 
 def test_speech_queue_segments_span_utterances():
-    q = SpeechQueue(10_000)
+    q = SpeechQueue(10_000, 64)
     q.append(utt("a", 300))
     q.append(utt("b", 500))
     block, segs = q.take(400)
@@ -26,7 +26,7 @@ def test_speech_queue_segments_span_utterances():
 
 
 def test_speech_queue_backlog_cap_and_clear():
-    q = SpeechQueue(1000)
+    q = SpeechQueue(1000, 64)
     q.append(utt("a", 600))
     with pytest.raises(BacklogFull):
         q.append(utt("b", 300), extra_pending=200)
