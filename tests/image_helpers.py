@@ -48,3 +48,18 @@ def raw_png(samples: np.ndarray, bit_depth: int, color_type: int) -> bytes:
 def png_header_only(width: int, height: int) -> bytes:
     """The signature and IHDR of an RGB PNG of any declared size, no pixel data."""
     return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+
+
+def two_frames(later_side: int, fmt: str) -> bytes:
+    """A two-frame GIF or MPO (multi-picture JPEG) of 64x64 frames whose second frame's header is
+    then made to declare ``later_side`` pixels square (its data left as it was)."""
+    first, second = halves(64, 64), halves(64, 64, left=(0, 255, 0), right=(255, 255, 0))
+    data = bytearray(encode(first, fmt, save_all=True, append_images=[second], **({"optimize": False}
+                                                                                  if fmt == "GIF" else {})))
+    if fmt == "GIF":  # the last image descriptor: separator, left, top, width, height (little-endian)
+        at = data.rfind(b"\x2c" + struct.pack("<HHHH", 0, 0, 64, 64)) + 5
+        data[at : at + 4] = struct.pack("<HH", later_side, later_side)
+    else:  # the last baseline frame header: marker, length, precision, height, width (big-endian)
+        at = data.rfind(b"\xff\xc0") + 5
+        data[at : at + 4] = struct.pack(">HH", later_side, later_side)
+    return bytes(data)

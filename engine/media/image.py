@@ -54,9 +54,12 @@ class ImageLimits:
 
 
 def check_header(data: bytes, limits: ImageLimits) -> ImageHeader:
-    """The image's format and declared size, refused (:class:`ImageTooLarge`) over ``limits``."""
+    """The image's format and declared size, refused (:class:`ImageTooLarge`) over ``limits``, as
+    is a file any later frame of which declares a size over them."""
     header = probe(data)
     limits.check(header.width, header.height)
+    for width, height in header.frames:
+        limits.check(max(width, header.width), max(height, header.height))
     return header
 
 

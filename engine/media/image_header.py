@@ -16,6 +16,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic): they carry the size.
 JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 JPEG_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM and RSTn stand alone
+# Images a JPEG file may hold one after another (an MPO's views: a camera writes 2 or 3); each is
+# read from its own start, so the count bounds the work.
+MAX_JPEG_IMAGES = 16
 
 
 class ImageError(MediaError):
@@ -27,6 +30,9 @@ class ImageHeader:
     format: str  # the Pillow format name: PNG, JPEG, WEBP or GIF
     width: int
     height: int
+    # The size each later frame of a multi-frame file declares (a GIF frame: the canvas it reaches
+    # to, which a decoder grows to), so that a limit holds for every frame, not the first only.
+    frames: tuple[tuple[int, int], ...] = ()
 
     @property
     def pixels(self) -> int:
@@ -60,7 +66,23 @@ def _png(data: bytes) -> ImageHeader:
 
 
 def _jpeg(data: bytes) -> ImageHeader:
-    pos = 2
+    first = _jpeg_frame(data, 0)
+    frames, start = [], data.find(b"\xff\xd8\xff", 2)
+    while start > 0:  # entropy-coded data never holds 0xFF 0xD8: each is another image's start
+        if len(frames) == MAX_JPEG_IMAGES - 1:
+            raise ImageError(f"a JPEG file holds at most {MAX_JPEG_IMAGES} images")
+        try:
+            later = _jpeg_frame(data, start)
+            frames.append((later.width, later.height))
+        except ImageError:
+            pass  # not an image a decoder could reach
+        start = data.find(b"\xff\xd8\xff", start + 2)
+    return ImageHeader("JPEG", first.width, first.height, tuple(frames))
+
+
+def _jpeg_frame(data: bytes, start: int) -> ImageHeader:
+    """The frame header of the JPEG image starting at ``start``."""
+    pos = start + 2
     while pos + 4 <= len(data):
         if data[pos] != 0xFF:
             raise ImageError("corrupt JPEG: expected a marker")
@@ -105,7 +127,40 @@ def _webp(data: bytes) -> ImageHeader:
 
 
 def _gif(data: bytes) -> ImageHeader:
-    if len(data) < 10:
+    if len(data) < 13:
         raise ImageError("truncated GIF header")
     width, height = struct.unpack("<HH", data[6:10])
-    return _sized("GIF", width, height)
+    _sized("GIF", width, height)
+    return ImageHeader("GIF", width, height, tuple(_gif_frames(data)))
+
+
+def _gif_frames(data: bytes) -> list[tuple[int, int]]:
+    """The canvas each image descriptor reaches to (left + width, top + height), in file order; a
+    truncated file ends the walk (the decoder then stops there too)."""
+    frames: list[tuple[int, int]] = []
+    pos = 13 + _color_table(data[10])
+    while pos < len(data):
+        block = data[pos]
+        if block == 0x3B:  # trailer
+            break
+        if block == 0x21:  # extension: label, then sub-blocks
+            pos = _skip_sub_blocks(data, pos + 2)
+        elif block == 0x2C:  # image descriptor
+            if pos + 10 > len(data):
+                break
+            left, top, w, h = struct.unpack("<HHHH", data[pos + 1 : pos + 9])
+            frames.append((left + w, top + h))
+            pos = _skip_sub_blocks(data, pos + 10 + _color_table(data[pos + 9]) + 1)  # + LZW code size
+        else:
+            break
+    return frames
+
+
+def _color_table(flags: int) -> int:
+    return 3 * 2 ** ((flags & 7) + 1) if flags & 0x80 else 0
+
+
+def _skip_sub_blocks(data: bytes, pos: int) -> int:
+    while pos < len(data) and data[pos]:
+        pos += 1 + data[pos]
+    return pos + 1

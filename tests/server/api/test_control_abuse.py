@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from witness_helpers import WITNESS_FPS, witness
 
-from server.api.protocol import control_subprotocols
+from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ONE_SAMPLE = base64.b64encode(b"\x01\x00").decode()
@@ -27,7 +27,7 @@ ONE_SAMPLE = base64.b64encode(b"\x01\x00").decode()
 FLOOD = """
 import base64, itertools, json, sys
 from websockets.sync.client import connect
-from server.api.protocol import control_subprotocols
+from server.base.protocol import control_subprotocols
 audio = base64.b64encode(b"\\x01\\x00").decode()
 with connect(sys.argv[1], subprotocols=control_subprotocols(sys.argv[2])) as ws:
     for i in itertools.count():

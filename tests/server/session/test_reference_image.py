@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from image_helpers import encode, halves, png_bomb, raw_png
+from image_helpers import encode, halves, png_bomb, raw_png, two_frames
 from PIL import Image
 from server_helpers import make_settings, running_server
 
@@ -59,6 +59,12 @@ async def test_oversized_headers_are_413_with_the_limit_in_the_message():
     assert error.status == 413 and "256x256" in error.message
     error = await refused(encode(halves(300, 200), "PNG"), max_image_pixels=50_000)
     assert error.status == 413 and "0.1 Mpixel" in error.message
+
+
+async def test_a_multi_frame_file_within_the_limits_decodes_its_first_frame():
+    for fmt in ("GIF", "MPO"):
+        rgb = await rgb_of(two_frames(64, fmt))
+        assert rgb.shape == (64, 64, 3) and rgb[32, 10, 0] > 200 and rgb[32, 10, 1] < 60, fmt  # red, not green
 
 
 async def test_unusable_images_are_400_bad_image():
@@ -134,4 +140,9 @@ async def test_the_png_bomb_is_refused_by_the_server_without_memory_growth():
             assert res.json()["error"]["code"] == "image_too_large"
             assert "4096x4096" in res.json()["error"]["message"]
         assert rss_bytes() - before < 50 * 2**20  # decoded, one bomb is 144 MB (432 MB as RGB)
+        for data, side in ((two_frames(20_000, "GIF"), 20_000), (two_frames(60_000, "MPO"), 60_000)):
+            res = await srv.http.post("/v1/sessions", json={"image": base64.b64encode(data).decode()})
+            assert res.status_code == 413, res.text  # a later frame's declared size counts as the first's
+            assert res.json()["error"]["code"] == "image_too_large"
+            assert f"{side}x{side}" in res.json()["error"]["message"]
         assert (await srv.http.get("/healthz")).json()["sessions"] == 0
