@@ -30,6 +30,7 @@ from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
 from engine.modules.dit import KVBlock
 from engine.modules.super_resolution import pool_latents
 from engine.modules.vae import DecoderCache, latent_count, latent_frames
+from engine.presets import Preset, preset_named
 from engine.quality import Quality
 from engine.schedule import ChunkPlan, ChunkSchedule
 from engine.stages.audio_to_video import A2VInput, AudioToVideo
@@ -171,10 +172,8 @@ class Pipeline(ConfiguredEngine):
         """The same loaded models scheduled as a quality preset: ``quality`` with I chunks at the
         config's chunk size, ``fast`` without them at ``fast_chunk`` and ``fast_steps`` (less audio to
         wait for, less compute per chunk)."""
-        if name == "quality":
+        if preset_named(name) is Preset.QUALITY:
             return self.with_interp(True)
-        if name != "fast":
-            raise KeyError(f"unknown preset {name!r}; choose quality or fast")
         chunk, steps = self.config.fast_schedule(self.steps)
         if (chunk, steps) == (self.config.schedule.chunk, self.steps):
             return self.with_interp(False)

@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 
+from engine.presets import DEFAULT_PRESET, Preset
 from server.api.redact import install_redaction
 from server.api.uvicorn_config import server_config
 from server.config import ENV_PREFIX, Settings
@@ -48,7 +49,7 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--auth-token", "auth_token", {"help": "bearer token required to create sessions"}),
     ("--record-dir", "record_dir", {"help": "folder for sessions created with record=true"}),
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
-    ("--quality", "default_quality", {"choices": ["quality", "fast"], "help": "default preset (default fast)"}),
+    ("--quality", "default_quality", {"choices": list(Preset), "help": f"default preset (default {DEFAULT_PRESET})"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
     ("--voice", "voice", {"help": "voice for speak (piper: joe; espeak-ng: en-us)"}),
     ("--tts", "tts", {"choices": ["piper", "espeak"], "help": "built-in TTS backend for speak (default piper)"}),

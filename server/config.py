@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 
+from engine.presets import DEFAULT_PRESET, Preset
 from server.base.protocol import IceServer, Mode
 from server.media.playout import PlayoutConfig
 from server.voice.vad import VadConfig
@@ -82,8 +83,8 @@ class Settings(BaseModel):
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
     record_dir: Path = Path("recordings")
     default_mode: Mode = "mirror"
-    default_quality: Literal["quality", "fast"] = Field(
-        "fast", description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
+    default_quality: Preset = Field(
+        DEFAULT_PRESET, description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
     )
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
     drawn: bool = Field(

@@ -20,6 +20,7 @@ from engine.avatars import DEFAULT_AVATAR
 from engine.batch import BatchKey, BatchResult, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
+from engine.presets import preset_named
 from engine.puppet.draw import render
 from engine.puppet.identity import Identity, get_identity
 from engine.puppet.stream import FaceTracker
@@ -76,8 +77,7 @@ class PuppetPipeline(ConfiguredEngine):
 
     def preset(self, name: str) -> PuppetPipeline:
         """The puppet draws every preset the same way."""
-        if name not in ("quality", "fast"):
-            raise KeyError(f"unknown preset {name!r}; choose quality or fast")
+        preset_named(name)
         return self
 
     def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,

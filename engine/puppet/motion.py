@@ -3,7 +3,7 @@
 Blinks, gaze shifts, head sway and nods are seeded random processes so a training clip
 is reproducible; head motion is livelier while speaking, and in silence the face listens
 (mouth closed, small nods). Every process is causal and drawn event by event, and
-``FaceMotion`` carries only constant-size state between frames: filter values, random
+``FaceAnimator`` carries only constant-size state between frames: filter values, random
 generators, the time of each process's next event and the events still running. So a
 stream and its whole file give the same track (``engine.puppet.stream``), however the
 audio is split.
@@ -175,7 +175,7 @@ class Gaze:
 
 
 @dataclass
-class FaceMotion:
+class FaceAnimator:
     """Each frame's mouth (openness and shape weights, from ``engine.puppet.mouth``) to its full
     ``FaceState``; frames must come in order, from frame 0."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.puppet.motion import FaceMotion
+from engine.puppet.motion import FaceAnimator
 from engine.puppet.mouth import MouthTrack, MouthTracker
 from engine.puppet.state import FaceState
 
@@ -32,11 +32,11 @@ class FaceTracker:
     fps: int = 25
     seed: int = 0
     mouth: MouthTracker = field(init=False)
-    motion: FaceMotion = field(init=False)
+    motion: FaceAnimator = field(init=False)
 
     def __post_init__(self) -> None:
         self.mouth = MouthTracker(self.sample_rate, self.fps)
-        self.motion = FaceMotion(self.fps, self.seed)
+        self.motion = FaceAnimator(self.fps, self.seed)
 
     @property
     def lookahead(self) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.presets import Preset
 from engine.service.core import EngineCore
 from engine.service.messages import SessionSpec
 from engine.service.worker import describe
@@ -52,7 +53,7 @@ def run_sessions_bench(pipe, sessions: int, batched: bool = True, seconds: float
     target = int(seconds * info.fps)
     pcm_seconds = seconds + 2 * info.frames_per_chunk / info.fps + 0.5
     for i, name in enumerate(names):
-        core.open(name, SessionSpec(avatar=avatars[i % len(avatars)], seed=i), core.slot_frames)
+        core.open(name, SessionSpec(avatar=avatars[i % len(avatars)], seed=i, preset=Preset.QUALITY), core.slot_frames)
         core.push(name, 0, speech_like(pcm_seconds, info.sample_rate, seed=i))
     t0 = time.monotonic()
     for name in names:  # deadlines far off and alike: the session furthest behind goes first, batches fill

@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.batch import BatchKey
 from engine.frames import PublishedFrame
+from engine.presets import DEFAULT_PRESET, Preset
 from engine.quality import Quality, quality_ladder
 from engine.service.costs import CostModel
 from engine.service.messages import EngineInfo, SessionSpec
@@ -82,17 +83,17 @@ def presets_of(pipes: dict, guided: bool) -> dict[str, tuple[Quality, ...]]:
     def steps(name: str) -> int:
         return max(1, getattr(pipes[name], "steps", 0) or 1)
 
-    return {"quality": quality_ladder(steps("quality"), True, guided),
-            "fast": quality_ladder(steps("fast"), False, guided)}
+    return {Preset.QUALITY: quality_ladder(steps(Preset.QUALITY), True, guided),
+            Preset.FAST: quality_ladder(steps(Preset.FAST), False, guided)}
 
 
 class EngineCore:
     def __init__(self, pipeline, info: EngineInfo, clock: Callable[[], float] = time.monotonic,
                  costs: CostModel | None = None, margin_s: float = 0.04, max_batch: int = 16,
-                 slot_frames: int | None = None, default_preset: str = "fast",
+                 slot_frames: int | None = None, default_preset: str = DEFAULT_PRESET,
                  capacity_margin: float = 0.2) -> None:
         self.pipe = pipeline
-        self.pipes = {name: pipeline.preset(name) for name in ("quality", "fast")}
+        self.pipes = {name: pipeline.preset(name) for name in Preset}
         self.info = info
         self.clock = clock
         self.costs = costs or CostModel(prior_s=0.2)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.presets import DEFAULT_PRESET
+
 if TYPE_CHECKING:
     from engine.photo.avatar import PhotoAvatar
 
@@ -27,7 +29,7 @@ class SessionSpec:
     avatar: str | None = None
     photo: PhotoAvatar | None = None  # found and cropped where the photo arrived
     seed: int = 0
-    preset: str = "quality"
+    preset: str = DEFAULT_PRESET
     drawn: bool = False
 
     def frame_size(self, info: EngineInfo) -> tuple[int, int]:
@@ -147,7 +149,7 @@ class FramesReady:
 
 
 @dataclass(frozen=True)
-class QualityChanged:
+class QualityLevelChanged:
     session: str
     level: int
     name: str

@@ -27,7 +27,7 @@ from engine.service.messages import (
     EngineInfo,
     FramesReady,
     OpenSession,
-    QualityChanged,
+    QualityLevelChanged,
     SessionFailed,
     SessionOpened,
     SessionSpec,
@@ -131,7 +131,7 @@ class WorkerLink:
                 for sid, nbytes in msg.state_bytes.items():
                     if sid in self.streams:
                         self.streams[sid].state_bytes = nbytes
-            case QualityChanged(session, level, name, reason):
+            case QualityLevelChanged(session, level, name, reason):
                 if session in self.streams:
                     self.streams[session]._quality(QualityEvent(level, name, reason))
             case SessionOpened(session):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.parallel.plan import ParallelPlan
+from engine.presets import DEFAULT_PRESET, Preset
 from engine.service.messages import (
     CloseSession,
     EngineInfo,
@@ -28,7 +29,7 @@ from engine.service.messages import (
     FramesReady,
     OpenSession,
     PushAudio,
-    QualityChanged,
+    QualityLevelChanged,
     ReleaseSlots,
     SessionFailed,
     SessionOpened,
@@ -59,7 +60,7 @@ class WorkerOptions:
     warm_up: bool = True
     calibrate: tuple[int, ...] = (1, 2)  # batch sizes measured before the worker reports ready
     max_batch: int = 16
-    default_preset: str = "fast"  # what the capacity figure counts sessions of
+    default_preset: str = DEFAULT_PRESET  # what the capacity figure counts sessions of
     drawn: bool = False  # sessions that do not say are drawn: the capacity figure counts them so
     # Share of each chunk period kept free when counting capacity; None: 0.35 on a CPU whose
     # cores the web process's encoders and WebRTC stack share, 0.2 on an accelerator or on a CPU
@@ -95,12 +96,12 @@ def step_frames(pipe) -> int:
     return pipe.frames_per_chunk + pipe.config.schedule.seam * pipe.config.vae.temporal_down + 1
 
 
-def describe(pipe, preset: str = "fast") -> EngineInfo:
+def describe(pipe, preset: str = DEFAULT_PRESET) -> EngineInfo:
     """The engine as the web process sees it; chunk figures are the ``preset``'s (each session
     learns its own when it opens), the frame credit is enough for any preset."""
     from engine.avatars import DEFAULT_AVATAR, avatar_names
 
-    presets = ("quality", "fast")
+    presets = tuple(Preset)
     chosen = pipe.preset(preset)
     return EngineInfo(
         config=pipe.config.name,
@@ -299,7 +300,8 @@ class Worker:
         for change in outcome.changes:
             s = self.core.sessions.get(change.session)
             if s is not None:
-                self.conn.send(QualityChanged(change.session, change.new, s.ladder[change.new].name, change.reason))
+                name = s.ladder[change.new].name
+                self.conn.send(QualityLevelChanged(change.session, change.new, name, change.reason))
 
     def report(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -36,7 +36,7 @@ from server.base.protocol import (
 from server.config import Settings
 from server.session.events import EventQueue
 from server.session.manager import SessionManager
-from server.session.session import AvatarSession
+from server.session.session import Session
 
 CLOSE_SESSION_ENDED = 4000
 CLOSE_BUSY = 4409
@@ -96,7 +96,7 @@ async def _refuse(ws: WebSocket, code: str, message: str, close: int) -> None:
     await ws.close(code=close, reason=message[:120])
 
 
-async def serve_socket(ws: WebSocket, session: AvatarSession, read: Coroutine[Any, Any, None],
+async def serve_socket(ws: WebSocket, session: Session, read: Coroutine[Any, Any, None],
                        write: Coroutine[Any, Any, None], name: str) -> None:
     """Run a socket's reader and writer until either ends or the session closes (then say why)."""
     tasks = [
@@ -116,7 +116,7 @@ async def serve_socket(ws: WebSocket, session: AvatarSession, read: Coroutine[An
 
 
 class ControlConnection:
-    def __init__(self, ws: WebSocket, session: AvatarSession, settings: Settings, metrics: ServerMetrics) -> None:
+    def __init__(self, ws: WebSocket, session: Session, settings: Settings, metrics: ServerMetrics) -> None:
         self.ws = ws
         self.session = session
         self.max_bytes = settings.max_control_bytes
@@ -240,7 +240,7 @@ def _summarize(exc: ValidationError) -> str:
 class ObserverConnection:
     """A read-only socket: every session event, no commands (a viewer beside an agent that has control)."""
 
-    def __init__(self, ws: WebSocket, session: AvatarSession, queue: EventQueue) -> None:
+    def __init__(self, ws: WebSocket, session: Session, queue: EventQueue) -> None:
         self.ws = ws
         self.session = session
         self.queue = queue

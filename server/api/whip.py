@@ -23,7 +23,7 @@ from server.config import Settings
 from server.media.peer import BadOffer
 from server.media.trickle import TrickleLimit, add_candidates, budget, is_restart, parse_fragment
 from server.session.manager import SessionManager
-from server.session.session import AvatarSession
+from server.session.session import Session
 
 SDP = "application/sdp"
 SDP_FRAGMENT = "application/trickle-ice-sdpfrag"
@@ -51,7 +51,7 @@ def _bearer(request: Request) -> str | None:
     return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
-def _session(request: Request, session_id: str) -> AvatarSession:
+def _session(request: Request, session_id: str) -> Session:
     manager: SessionManager = request.app.state.manager
     return manager.get(session_id, _bearer(request))
 
@@ -76,7 +76,7 @@ def _etag(resource_id: str) -> str:
     return f'"{resource_id}"'
 
 
-def _resource_pc(session: AvatarSession, kind: str, resource_id: str):
+def _resource_pc(session: Session, kind: str, resource_id: str):
     """The peer connection behind a WHIP/WHEP resource, or 404."""
     if kind == "whip":
         pc = session.pc if session.ingest_id == resource_id else None

@@ -1,4 +1,5 @@
-"""The server's one link to the engine: every use of ``engine`` by the server goes through here.
+"""The server's one link to the engine: every use of the engine's machinery by the server goes
+through here (the settings and the CLI also read the preset names, ``engine.presets``, a plain enum).
 
 The engine runs in its own worker processes (``engine.service``), reached through one
 ``EngineClient``; :class:`Engine` is the server's view of it (what it draws, opening
@@ -9,7 +10,7 @@ on, quality changes and failures reported.
 
 The engine package also holds two media helpers the server runs in its own process (the MP4
 writer behind recordings and the Piper TTS wrapper); they are re-exported here so that no
-other server module imports ``engine``.
+other server module imports them from ``engine``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = [
     "EngineInfo",
     "EngineLink",
     "FrameSink",
-    "ImageError",
+    "UnusableImage",
     "ImageLimits",
     "ImageTooLargeError",
     "Mp4Writer",
@@ -60,11 +61,11 @@ log = logging.getLogger(__name__)
 ORIGIN_TOLERANCE_S = 0.004  # playout deadline moves smaller than this are not worth a message
 
 
-class ImageError(ValueError):
+class UnusableImage(ValueError):
     """A reference image the engine cannot read."""
 
 
-class ImageTooLargeError(ImageError):
+class ImageTooLargeError(UnusableImage):
     """A reference image whose header declares more pixels than allowed; it was never decoded."""
 
 
@@ -112,13 +113,13 @@ class Engine:
     def photo_avatar(self, data: bytes, limits: ImageLimits) -> PhotoAvatar:
         """A PNG/JPEG/WebP/GIF photograph made a photo avatar (its face found and cropped), its
         size checked from the header first; :class:`ImageTooLargeError` over ``limits``,
-        :class:`ImageError` (with the reason: no face found, too small, turned too far) if unusable."""
+        :class:`UnusableImage` (with the reason: no face found, too small, turned too far) if unusable."""
         try:
             return photo_avatar(decode_image(data, limits))
         except ImageTooLarge as exc:
             raise ImageTooLargeError(str(exc)) from None
         except (MediaError, FaceError) as exc:
-            raise ImageError(str(exc)) from None
+            raise UnusableImage(str(exc)) from None
 
     async def open(self, preset: str, avatar: str | None, photo: PhotoAvatar | None, seed: int,
                    name: str, drawn: bool = False) -> EngineLink:

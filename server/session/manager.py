@@ -12,7 +12,7 @@ from server.base.protocol import SessionCreate
 from server.config import Settings
 from server.session.reaper import SessionReaper
 from server.session.reference_image import ReferenceImages
-from server.session.session import AvatarSession
+from server.session.session import Session
 from server.voice.tts import TTSBackend
 
 
@@ -32,7 +32,7 @@ class SessionManager:
         self.engine = engine
         self.metrics = metrics
         self.default_preset = default_preset
-        self.sessions: dict[str, AvatarSession] = {}
+        self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
         self._closing: set[asyncio.Task] = set()
@@ -44,7 +44,7 @@ class SessionManager:
         delays = [s.playout.stats().delay for s in self.sessions.values() if s.started.is_set()]
         return sum(delays) / len(delays) if delays else 0.0
 
-    async def create(self, options: SessionCreate) -> AvatarSession:
+    async def create(self, options: SessionCreate) -> Session:
         """Check the request, then open the engine session on the worker with the most free
         capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total. A
         creation counts against the cap from its check on, with no await in between, so parallel
@@ -59,7 +59,7 @@ class SessionManager:
         finally:
             self._opening -= 1
 
-    async def _create(self, options: SessionCreate) -> AvatarSession:
+    async def _create(self, options: SessionCreate) -> Session:
         if not self.engine.available:
             self.metrics.sessions_rejected.labels("engine_unavailable").inc()
             raise ApiError(503, "engine_unavailable", "no engine worker is running; see the server log")
@@ -90,7 +90,7 @@ class SessionManager:
                 raise ApiError(503, exc.code, exc.message) from None
             raise ApiError(400, "bad_image" if photo is not None else "bad_avatar", exc.message) from None
         record_dir = self.settings.record_dir if options.record else None
-        session = AvatarSession(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
+        session = Session(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()
@@ -101,7 +101,7 @@ class SessionManager:
         session = self.sessions.get(session_id)
         return session is not None and not session.closing and session.pc is None and not session.connected.is_set()
 
-    def get(self, session_id: str, token: str | None) -> AvatarSession:
+    def get(self, session_id: str, token: str | None) -> Session:
         session = self.sessions.get(session_id)
         if session is None or session.closing:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from server.config import Settings
 from server.media.peer import last_rtcp_age, remote_streams
-from server.session.session import AvatarSession
+from server.session.session import Session
 
 log = logging.getLogger(__name__)
 # A browser sends from 1-3 SSRCs (audio, video, its RTX). aiortc keeps statistics for every SSRC a
@@ -23,7 +23,7 @@ class Sessions(Protocol):
     """What the reaper needs of the session manager: the sessions, and a way to close one."""
 
     @property
-    def sessions(self) -> Mapping[str, AvatarSession]: ...
+    def sessions(self) -> Mapping[str, Session]: ...
 
     def close_soon(self, session_id: str, reason: str) -> None: ...
 
@@ -59,7 +59,7 @@ class SessionReaper:
                     log.info("reaping session %s: %s", sid, reason)
                     self._manager.close_soon(sid, reason)
 
-    async def reason_to_reap(self, session: AvatarSession, now: float) -> str | None:
+    async def reason_to_reap(self, session: Session, now: float) -> str | None:
         s = self._settings
         if session.closing:  # closed itself (peer gone, engine failed): forget it once done
             return session.close_reason if session.closed.is_set() else None

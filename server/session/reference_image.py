@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 
-from server.base.engine_link import Engine, ImageError, ImageLimits, ImageTooLargeError, PhotoAvatar
+from server.base.engine_link import Engine, ImageLimits, ImageTooLargeError, PhotoAvatar, UnusableImage
 from server.base.errors import ApiError
 from server.base.protocol import SessionCreate
 from server.config import Settings
@@ -51,5 +51,5 @@ class ReferenceImages:
                 return await asyncio.to_thread(self._engine.photo_avatar, data, self._limits)
         except ImageTooLargeError as exc:
             raise ApiError(413, "image_too_large", str(exc)) from None
-        except ImageError as exc:
+        except UnusableImage as exc:
             raise ApiError(400, "bad_image", str(exc)) from None

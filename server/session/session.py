@@ -1,6 +1,6 @@
 """One avatar session: one peer, one engine session, one playout, one control socket.
 
-``AvatarSession`` wires the parts (feed loop -> engine link -> generated frames -> playout ->
+``Session`` wires the parts (feed loop -> engine link -> generated frames -> playout ->
 tracks -> playback reporter; agent voice -> speech queue -> feed loop; events out) and owns
 their start and teardown. Each part does one job and lives in its own module.
 """
@@ -47,7 +47,7 @@ from server.voice.tts import TTSBackend
 log = logging.getLogger(__name__)
 
 
-class AvatarSession:
+class Session:
     def __init__(
         self,
         session_id: str,

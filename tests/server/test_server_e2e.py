@@ -227,7 +227,7 @@ async def test_puppet_config_serves_the_procedural_avatar(monkeypatch):
             video, stop = Received("video"), asyncio.Event()
             track = next(r.track for r in pc.getReceivers() if r.track.kind == "video")
             reader = asyncio.create_task(collect(track, video, stop))
-            await wait_until(lambda video=video: len(video.pts) >= 25, timeout_s=20)
+            assert await wait_until(lambda video=video: len(video.pts) >= 25, timeout_s=20), len(video.pts)
             stop.set()
             assert set(video.shapes) == {(256, 256)}
             steps = np.diff(video.pts)

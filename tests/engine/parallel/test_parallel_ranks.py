@@ -18,6 +18,7 @@ from engine.bench import speech_like
 from engine.parallel.build import build_pipeline
 from engine.parallel.plan import ParallelPlan
 from engine.parallel.ranks import RanksLost
+from engine.presets import Preset
 from engine.service.client import EngineError
 from engine.service.messages import SessionSpec
 from engine.service.pool import WorkerPool
@@ -123,7 +124,7 @@ async def worker(micro_weights: Path):
 
 
 async def streaming(pool: WorkerPool):
-    stream = await pool.open(SessionSpec(avatar="ben", seed=2))
+    stream = await pool.open(SessionSpec(avatar="ben", seed=2, preset=Preset.QUALITY))
     pcm = speech_like(4.0, stream.info.sample_rate)
     for i in range(0, pcm.size, 320):
         stream.push_audio(i, pcm[i:i + 320])

@@ -7,6 +7,7 @@ from collections import deque
 import numpy as np
 import pytest
 
+from engine.presets import Preset
 from engine.service.core import EngineCore, SessionRefused
 from engine.service.costs import CostModel
 from engine.service.messages import SessionSpec
@@ -31,7 +32,8 @@ def core(micro_pipe):
 
 
 def open_fed(core, name: str, seconds: float, seed: int = 0, loud: bool = True, **spec) -> None:
-    core.open(name, SessionSpec(seed=seed, **spec), core.slot_frames)
+    """A ``quality`` session (unless ``spec`` says otherwise) fed ``seconds`` of noise or silence."""
+    core.open(name, SessionSpec(seed=seed, **{"preset": Preset.QUALITY, **spec}), core.slot_frames)
     sr = core.info.sample_rate
     rng = np.random.default_rng(seed)
     pcm = (0.3 if loud else 0.0) * rng.standard_normal(int(seconds * sr)).astype(np.float32)

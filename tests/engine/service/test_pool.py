@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine.bench import speech_like
+from engine.presets import Preset
 from engine.service.client import EngineError
 from engine.service.messages import SessionSpec
 from engine.service.pool import WorkerPool
@@ -71,7 +72,7 @@ async def pool():
 async def test_frames_come_in_order_with_their_own_audio(pool):
     p = await pool()
     assert p.info.config == "micro" and p.capacity() > 0
-    stream = await p.open(SessionSpec(avatar="ben", seed=3))
+    stream = await p.open(SessionSpec(avatar="ben", seed=3, preset=Preset.QUALITY))
     assert len(my_slot_files()) == 1
     pcm = await feed(stream, 2.0)
     got = await frames(stream, 30)
@@ -94,7 +95,7 @@ async def test_bad_session_requests_are_refused_and_the_worker_keeps_serving(poo
     with pytest.raises(EngineError, match="preset"):
         await p.open(SessionSpec(preset="ultra"))
     assert my_slot_files() == []
-    stream = await p.open(SessionSpec())
+    stream = await p.open(SessionSpec(preset=Preset.QUALITY))
     await feed(stream, 1.0)
     assert [f.index for f in await frames(stream, 5)] == [0, 1, 2, 3, 4]
     await stream.close()
@@ -102,7 +103,7 @@ async def test_bad_session_requests_are_refused_and_the_worker_keeps_serving(poo
 
 async def test_slots_are_recycled_over_2000_chunks_and_freed(pool):
     p = await pool()
-    stream = await p.open(SessionSpec())
+    stream = await p.open(SessionSpec(preset=Preset.QUALITY))
     info = stream.info
     spf, fed, last, chunks = info.samples_per_frame, 0, -1, set()
     while len(chunks) < 2000:  # N and I chunks, each named by the frames it published
@@ -117,7 +118,7 @@ async def test_slots_are_recycled_over_2000_chunks_and_freed(pool):
     assert {name[0] for name in chunks} == {"N", "I"}
     await stream.close()
     for _ in range(5):  # sessions opened and closed leave nothing behind
-        s = await p.open(SessionSpec())
+        s = await p.open(SessionSpec(preset=Preset.QUALITY))
         await s.close()
     assert my_slot_files() == []
 
@@ -127,7 +128,7 @@ async def test_a_killed_worker_costs_only_its_own_sessions(pool):
     opened = []
     while len({link.index for link in p.links if link.streams}) < 2:  # placement follows free capacity
         assert len(opened) < 40, "the fuller worker never got a session"
-        opened.append(await p.open(SessionSpec(seed=len(opened))))
+        opened.append(await p.open(SessionSpec(seed=len(opened), preset=Preset.QUALITY)))
     links = {link.index: link for link in p.links}
     on = {sid: link.index for link in p.links for sid in link.streams}
     first = opened[0]
@@ -152,7 +153,7 @@ async def test_a_killed_worker_costs_only_its_own_sessions(pool):
     fresh = await asyncio.wait_for(p.replaced.get(), 15)  # no replacement within 15 s: TimeoutError
     assert fresh.index == victim.index and fresh.alive and fresh.pid != pid
     assert p.restarts == 1 and p.lost == 1
-    third = await p.open(SessionSpec())
+    third = await p.open(SessionSpec(preset=Preset.QUALITY))
     await feed(third, 1.0)
     assert [f.index for f in await frames(third, 3)] == [0, 1, 2]
     for s in (first, second, third):
@@ -162,7 +163,7 @@ async def test_a_killed_worker_costs_only_its_own_sessions(pool):
 
 async def test_a_worker_that_stops_making_progress_is_replaced(pool):
     p = await pool(options=MICRO, watchdog_s=1.0)
-    stream = await p.open(SessionSpec())
+    stream = await p.open(SessionSpec(preset=Preset.QUALITY))
     pid = p.links[0].pid
     await feed(stream, 3.0)
     await frames(stream, 1)
@@ -185,13 +186,13 @@ async def test_a_worker_that_cannot_start_leaves_the_pool_degraded(pool):
     view = p.workers()[0]
     assert view.state == "failed" and "no-such-config" in view.error
     with pytest.raises(EngineError) as info:
-        await p.open(SessionSpec())
+        await p.open(SessionSpec(preset=Preset.QUALITY))
     assert info.value.code == "engine_unavailable"
 
 
 async def test_the_in_process_engine_speaks_the_same_protocol(pool):
     p = await pool(kind="inprocess")
-    stream = await p.open(SessionSpec(seed=5))
+    stream = await p.open(SessionSpec(seed=5, preset=Preset.QUALITY))
     assert p.workers()[0].pid == os.getpid()
     pcm = await feed(stream, 1.5)
     got = await frames(stream, 20)
