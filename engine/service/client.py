@@ -62,6 +62,8 @@ class WorkerView:
     error: str | None = None
     session_ids: tuple[str, ...] = ()
     settling_s: float = 0.0  # admits nothing until its newest session's live cost is measured
+    start_failures: int = 0  # consecutive starts that ended before the worker served
+    next_attempt_s: float | None = None  # seconds until the next start, while one is scheduled
 
 
 class EngineStream:

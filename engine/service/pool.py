@@ -3,15 +3,18 @@
 Each worker is reached through a ``WorkerLink`` (its connection, its sessions, its latest
 stats). A worker that dies (SIGKILL, out of memory, segfault) costs its own sessions an
 ``engine_lost`` error at once (the link watches the process sentinel and the connection),
-and the pool starts a replacement; a worker that reports due work but makes no progress
-for ``watchdog_s`` is killed and treated the same way. Sessions go to the least loaded
-worker (the smallest share of its measured real-time capacity in use; then the most room).
+and the pool starts a replacement (at once for a worker that served; with capped exponential
+back-off, ``RESTART_BACKOFF_S``, for one that exits or fails before it serves); a worker that
+reports due work but makes no progress for ``watchdog_s`` is killed and treated the same way.
+Sessions go to the least loaded worker (the smallest share of its measured real-time capacity
+in use; then the most room).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import secrets
@@ -41,6 +44,9 @@ from engine.service.worker import WorkerOptions
 
 log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 30.0
+# A worker that ends before it serves (it exits or fails while loading) is started again after a
+# delay that doubles with each such start, up to the cap; one that served is replaced at once.
+RESTART_BACKOFF_S = (0.5, 30.0)
 
 
 class WorkerLink:
@@ -54,6 +60,7 @@ class WorkerLink:
         self._on_ended = on_ended
         self.handle: WorkerHandle | None = None
         self.state = "starting"
+        self.served = False  # it reported ready once
         self.info: EngineInfo | None = None
         self.stats: WorkerStats | None = None
         self.error: str | None = None
@@ -145,7 +152,7 @@ class WorkerLink:
                 if stream is not None:
                     stream._fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
             case WorkerReady(pid, _, info):
-                self.pid, self.info, self.state = pid, info, "ready"
+                self.pid, self.info, self.state, self.served = pid, info, "ready", True
                 self.ready.set()
             case WorkerFailed(message):
                 self.error = message
@@ -263,7 +270,7 @@ def worker_devices(options: WorkerOptions, found: list[str] | None = None) -> li
 class WorkerPool(EngineClient):
     def __init__(self, options: WorkerOptions, workers: int | None = None, kind: str = "subprocess",
                  watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True,
-                 load: Callable | None = None) -> None:
+                 load: Callable | None = None, backoff_s: tuple[float, float] = RESTART_BACKOFF_S) -> None:
         devices = worker_devices(options)
         count = workers or len(devices)
         if kind == "inprocess" and count != 1:
@@ -274,6 +281,9 @@ class WorkerPool(EngineClient):
         self.watchdog_s = watchdog_s
         self.start_timeout_s = start_timeout_s
         self.restart = restart
+        self.backoff_s = backoff_s
+        self._failures = [0] * count  # per worker: consecutive starts that ended before it served
+        self._next_attempt: list[float | None] = [None] * count  # monotonic time of the scheduled start
         self.links: list[WorkerLink] = []
         self.info: EngineInfo | None = None
         self.restarts = 0
@@ -310,14 +320,27 @@ class WorkerPool(EngineClient):
     def _ended(self, link: WorkerLink) -> None:
         if link.state == "lost":
             self.lost += 1
-        if self._closing or not self.restart or link.state != "lost":
+        if self._closing or not self.restart or link.state not in ("lost", "failed"):
             return
+        i = link.index
+        delay = 0.0
+        if link.served:
+            self._failures[i] = 0
+        else:
+            self._failures[i] += 1
+            base, cap = self.backoff_s
+            delay = min(cap, base * 2 ** (self._failures[i] - 1))
+            log.warning("engine worker %d ended before serving (%s; %d in a row): next start in %.1f s",
+                        i, link.error, self._failures[i], delay)
+        self._next_attempt[i] = time.monotonic() + delay
         task = asyncio.get_running_loop().create_task(self._replace(link))
         self._restarting.add(task)
         task.add_done_callback(self._restarting.discard)
 
     async def _replace(self, old: WorkerLink) -> None:
         await asyncio.to_thread(old.handle.join, 2.0)
+        await asyncio.sleep(max(0.0, (self._next_attempt[old.index] or 0.0) - time.monotonic()))
+        self._next_attempt[old.index] = None
         if self._closing:
             return
         self.restarts += 1
@@ -325,6 +348,7 @@ class WorkerPool(EngineClient):
         self.links[old.index] = link = self._launch(old.index)
         await link.ready.wait()
         if link.alive:
+            self._failures[old.index] = 0
             self.replaced.put_nowait(link)
 
     async def _watchdog(self, interval_s: float = 0.25) -> None:
@@ -362,7 +386,11 @@ class WorkerPool(EngineClient):
         return await best.open(spec, session)
 
     def workers(self) -> list[WorkerView]:
-        return [link.view() for link in self.links]
+        now = time.monotonic()
+        return [dataclasses.replace(link.view(), start_failures=self._failures[link.index],
+                                    next_attempt_s=None if self._next_attempt[link.index] is None
+                                    else round(max(0.0, self._next_attempt[link.index] - now), 3))
+                for link in self.links]
 
     @property
     def degraded(self) -> bool:

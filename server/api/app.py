@@ -75,6 +75,8 @@ def worker_json(w) -> dict:
         "quality_levels": stats.quality_levels if stats else {},
         "quality_changes": stats.quality_changes if stats else {},
         "error": w.error,
+        "start_failures": w.start_failures,
+        "next_attempt_s": w.next_attempt_s,
     }
 
 
