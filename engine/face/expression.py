@@ -66,6 +66,17 @@ def lip_bases(xy: np.ndarray, centre: np.ndarray, eu: np.ndarray, ev: np.ndarray
     reach = gap / 2 + 1.5 * lip_h
     fall = 1 - _smoothstep((np.abs(delta) - gap / 2) / np.maximum(reach - gap / 2, 1e-3))
     close = (-np.sign(delta) * gap / 2 * fall * across)[:, None] * ev
+    # The inner lips themselves: each facing pair (upper i, lower i) meets at its midpoint.
+    middle = (xy[up] + xy[lo]) / 2
+    close[up] = middle - xy[up]
+    close[lo] = middle - xy[lo]
+    # The corners shift onto the line the closed lips leave: the inner and outer corner and the
+    # first closed pair in one line, so the thin triangles at the corner do not turn over.
+    for inner, outer, first in ((up[0], MOUTH_CORNERS[0], 1), (up[-1], MOUTH_CORNERS[1], -2)):
+        d = xy[inner] - xy[outer]
+        normal = np.array([-d[1], d[0]]) / max(float(np.linalg.norm(d)), 1e-6)
+        offset = float((middle[first] - xy[inner]) @ normal) * normal
+        close[inner] = close[outer] = offset
 
     # Press: points beyond the inner lips are pulled towards them, most at a lip's height away
     # (the inner lips themselves do not move: closing them is ``close``'s).

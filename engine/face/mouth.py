@@ -32,7 +32,7 @@ from engine.face.teeth import LOWER, MOUTH_MM, UPPER, draw_arch, draw_cavity, dr
 SUPERSAMPLE = 4  # texture samples per output pixel, each way, when the textures are drawn
 EXTENT_U = 0.72  # the textures span +-this many mouth widths across
 EXTENT_V = (-0.4, 0.85)  # and this far up / down the face from the lips' centre
-UPPER_SHOW = 0.07  # upper incisal edge below the upper inner lip at rest, mouth widths (~3.5 mm)
+UPPER_SHOW = 0.09  # upper incisal edge below the upper inner lip at rest, mouth widths (~3.5 mm)
 OVERBITE = 0.045  # the lower incisal edge this far above the upper one at rest (behind it)
 LOWER_LIGHT = 0.82  # the lower teeth, further inside the mouth, catch less light
 ARCH_FOLLOW = 0.5  # how much of the lip line's curve the incisal line follows
@@ -40,11 +40,24 @@ TONGUE_ABOVE = 6.0  # millimetres the tongue's back shows above the lower incisa
 # The photo's own teeth stop this far (a fraction of the mouth width) above where its lower lip lay:
 # the face mesh reads a mouth opening on a band of real teeth less surely.
 OWN_TEETH_CUT = 0.025
-LIP_SHADOW = (0.4, 0.05)  # strength and reach (mouth widths) of the upper lip's shadow
+LIP_SHADOW = (0.25, 0.03)  # strength and reach (mouth widths) of the upper lip's shadow
 LOWER_SHADOW = (0.25, 0.03)
 CORNER_SHADOW = 0.55
-WET_EDGE = 0.016  # mouth widths: the wet inner lip's band inside the opening
+WET_EDGE = 0.012  # mouth widths: the wet inner lip's band inside the opening
 WET_SHEEN = 0.22
+
+
+def smooth_contour(points: np.ndarray, per_segment: int = 4) -> np.ndarray:
+    """A lip contour (n, 2) through its points as a Catmull-Rom curve: the mesh has 11 points a
+    lip, and an opening drawn through them as a polygon shows its corners."""
+    p = np.concatenate([points[:1], points, points[-1:]])
+    t = np.linspace(0, 1, per_segment, endpoint=False)[:, None]
+    out = []
+    for i in range(1, len(p) - 2):
+        p0, p1, p2, p3 = p[i - 1], p[i], p[i + 1], p[i + 2]
+        out.append(0.5 * (2 * p1 + (p2 - p0) * t + (2 * p0 - 5 * p1 + 4 * p2 - p3) * t**2
+                          + (3 * p1 - p0 - 3 * p2 + p3) * t**3))
+    return np.concatenate(out + [points[-1:]])
 
 
 def _compose(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -163,7 +176,8 @@ class MouthInterior:
         the lower jaw's shift in rest pixels; ``strength`` in [0, 1] fades the whole interior in;
         ``meeting`` in [0, 1]: the lips are closing over the gap left between them, which shows
         the inside of the lips meeting on a dark line instead."""
-        up, lo = landmarks[list(LIPS_INNER_UPPER)], landmarks[list(LIPS_INNER_LOWER)]
+        up = smooth_contour(landmarks[list(LIPS_INNER_UPPER)])
+        lo = smooth_contour(landmarks[list(LIPS_INNER_LOWER)])
         poly = np.concatenate([up, lo[::-1]])
         size = out.shape[0]
         pad = 3
@@ -213,13 +227,15 @@ class MouthInterior:
 
         if meeting > 0:
             middle = np.abs(ys - (y_up + y_lo)[None, :] / 2) / np.maximum((y_lo - y_up)[None, :] / 2, 0.5)
-            lips = p.lip[None, None, :] * (0.5 + 0.4 * np.clip(middle, 0, 1)[..., None])
+            lips = p.lip[None, None, :] * (0.68 + 0.27 * np.clip(middle, 0, 1)[..., None])
             col = col * (1 - meeting) + lips * meeting
 
         mask = np.zeros((h, w), np.uint8)
         shift = 4
         pts = np.round((poly - [x0, y0]) * (1 << shift)).astype(np.int32)
         cv2.fillPoly(mask, [pts], 255, cv2.LINE_AA, shift)
+        if meeting > 0:  # lips that meet also cover the fringe of what lay between them
+            cv2.polylines(mask, [pts], True, int(255 * meeting), 2, cv2.LINE_AA, shift)
         alpha = (mask.astype(np.float32) * (strength / 255.0))[..., None]
         region = out[y0:y1, x0:x1].astype(np.float32)
         out[y0:y1, x0:x1] = np.clip(region + (col - region) * alpha + 0.5, 0, 255).astype(np.uint8)

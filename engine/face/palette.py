@@ -29,7 +29,7 @@ from engine.face.landmarks import (
 )
 
 ENAMEL_TINT = np.array([1.0, 0.96, 0.86], np.float32)  # enamel against the eye whites: warmer
-ENAMEL_OF_SCLERA = 0.93  # painted enamel's brightness against the eye whites'
+ENAMEL_OF_SCLERA = 0.96  # painted enamel's brightness against the eye whites'
 MIN_SCLERA_PIXELS = 6
 # A photo shows its teeth when the brightest part of its lip gap is this much brighter than its lips.
 TEETH_OVER_LIPS = 25.0
@@ -73,20 +73,16 @@ def _ring(xy: np.ndarray, upper: tuple[int, ...], lower: tuple[int, ...]) -> np.
 
 
 def _sclera(img: np.ndarray, xy: np.ndarray, skin: np.ndarray) -> np.ndarray:
-    """The eye whites: the brighter, least coloured quarter of the pixels between the lids."""
+    """The eye whites: the brightest tenth of the pixels between the lids (sclera, past the iris,
+    lashes and lid edges the lid contour also holds)."""
     eyes = _polygon_mask(img.shape[:2], _ring(xy, RIGHT_EYE_UPPER, RIGHT_EYE_LOWER),
                          _ring(xy, LEFT_EYE_UPPER, LEFT_EYE_LOWER))
     px = img[eyes]
     if len(px) >= MIN_SCLERA_PIXELS:
         lum = luminance(px)
-        chroma = px.max(1) - px.min(1)
-        score = lum - 1.5 * chroma
-        pick = px[score >= np.percentile(score, 80)]
-        if len(pick) >= 2 and luminance(pick.mean(0)) > luminance(skin) * 0.8:
-            return pick.mean(0).astype(np.float32)
-    # Eyes too small or hidden (dark glasses): a neutral a little brighter than the skin.
-    grey = float(luminance(skin)) * 1.2
-    return np.full(3, min(grey, 235.0), np.float32)
+        return px[lum >= np.percentile(lum, 90)].mean(0).astype(np.float32)
+    # Eyes too small to read: a neutral as bright as the skin.
+    return np.full(3, min(float(luminance(skin)), 235.0), np.float32)
 
 
 def mouth_palette(image: np.ndarray, landmarks: np.ndarray) -> MouthPalette:
@@ -120,9 +116,9 @@ def mouth_palette(image: np.ndarray, landmarks: np.ndarray) -> MouthPalette:
     pink = np.array([1.0, 0.55, 0.6], np.float32) * float(luminance(lip)) * 1.25
     gum = 0.6 * lip + 0.4 * pink
     tongue = (0.5 * lip + 0.5 * pink) * np.array([1.0, 0.8, 0.8], np.float32)
-    wall = lip * np.array([0.55, 0.26, 0.27], np.float32)
-    floor = 0.14 * float(luminance(skin))  # a cavity stays this bright at least: dark red, not black
-    deep = lip * np.array([0.32, 0.11, 0.12], np.float32)
+    wall = lip * np.array([0.46, 0.22, 0.22], np.float32)
+    floor = max(0.18 * float(luminance(skin)), 34.0)  # a cavity stays this bright at least: dark red, not black
+    deep = lip * np.array([0.24, 0.1, 0.1], np.float32)
     deep = deep * max(1.0, floor / max(float(luminance(deep)), 1e-3))
     return MouthPalette(enamel=enamel.astype(np.float32), sclera=sclera.astype(np.float32),
                         lip=lip.astype(np.float32), skin=skin.astype(np.float32), gum=gum.astype(np.float32),

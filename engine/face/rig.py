@@ -151,6 +151,32 @@ def _signed_areas(p: np.ndarray) -> np.ndarray:
     return (p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 1, 1] - p[:, 0, 1]) * (p[:, 2, 0] - p[:, 0, 0])
 
 
+def _lip_ladder(tris: np.ndarray, points: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``tris`` with the lip gap re-triangulated as a ladder between facing inner-lip points
+    (upper i, lower i): lips that close bring each pair together, and a ladder's rungs then
+    shrink to nothing without any triangle turning over (Delaunay's diagonals across the gap
+    would)."""
+    where = {int(k): i for i, k in enumerate(keep)}
+    up = [where[k] for k in LIPS_INNER_UPPER]
+    lo = [where[k] for k in LIPS_INNER_LOWER]
+    gap = np.concatenate([points[up], points[lo][::-1]]).astype(np.float32)
+    inner = set(up + lo)
+    keep_tri = []
+    for tri in tris:
+        centre = points[tri].mean(0)
+        inside = cv2.pointPolygonTest(gap, (float(centre[0]), float(centre[1])), False) > 0
+        keep_tri.append(not (inside and all(int(v) in inner for v in tri)))
+    ladder = []
+    for i in range(len(up) - 1):
+        for tri in ((up[i], up[i + 1], lo[i + 1]), (up[i], lo[i + 1], lo[i])):
+            if len(set(tri)) == 3:
+                ladder.append(tri)
+    out = np.concatenate([tris[np.array(keep_tri)], np.array(ladder, np.int32)])
+    flip = _signed_areas(points[out]) < 0
+    out[flip] = out[flip][:, [0, 2, 1]]
+    return out.astype(np.int32)
+
+
 def _neighbours(tris: np.ndarray) -> np.ndarray:
     """(T, 3): the triangle across the edge opposite each vertex, -1 on the hull."""
     edges: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -265,7 +291,7 @@ class PhotoRig:
         opened = pts.copy()
         opened[:n_lm] += self._jaw[self._keep]
         opened[n_lm : self._n_moving] += self._ring1_jaw
-        self.triangles = _delaunay(opened, s)
+        self.triangles = _lip_ladder(_delaunay(opened, s), opened, self._keep)
         self._nbr = _neighbours(self.triangles)
         lips = np.flatnonzero(np.isin(self._keep, LIPS_INNER_UPPER + LIPS_INNER_LOWER + LIPS_OUTER_UPPER
                                       + LIPS_OUTER_LOWER))
@@ -341,11 +367,11 @@ class PhotoRig:
         base = (jaw * self._jaw + width * self._width + blink * self._blink + press * self.lips.press
                 + talking * self.lips.relax)
         close = min(press + talking * RELAX_CLOSE * self.lips.smile, CLOSE_MAX)
-        for _ in range(8):
+        for _ in range(16):
             offsets = base + close * self.lips.close
             if close == 0 or not self._folds(offsets, jaw):
                 return offsets, close
-            close *= 0.8
+            close *= 0.93
         return base, 0.0
 
     def _folds(self, offsets: np.ndarray, jaw: float) -> bool:

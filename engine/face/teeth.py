@@ -110,12 +110,12 @@ def draw_arch(x: np.ndarray, v: np.ndarray, edge: np.ndarray, arch: Arch, enamel
     side_gap = GAP / 2 * foreshortened
     cover = (np.clip(((1 - aq) * half - side_gap) / pixel + 0.5, 0, 1) * np.clip(along / pixel + 0.5, 0, 1)
              * np.clip(to_gum / pixel + 0.5, 0, 1) * (ax < x1[-1]))
-    front = 0.72 + 0.28 * np.sqrt(np.clip(np.cos(q * np.pi / 2), 0, 1))
+    front = 0.8 + 0.2 * np.sqrt(np.clip(np.cos(q * np.pi / 2), 0, 1))
     shade = front * np.exp(-depth[k] / DEPTH_FALLOFF) * (1 + SHADE_JITTER * shade_jitter[crown])
     incisal = _smoothstep(along / 1.3)
     cervical = _smoothstep(to_gum / 2.2)
     col = enamel[None, :] * shade[..., None]
-    edge_tint = np.array([0.8, 0.82, 0.88], np.float32)  # the thin edge lets the dark behind through
+    edge_tint = np.array([0.86, 0.88, 0.92], np.float32)  # the thin edge lets the dark behind through
     col = col * (edge_tint + (1 - edge_tint) * incisal[..., None])
     neck_tint = np.array([0.94, 0.88, 0.76], np.float32)
     col = col * (neck_tint + (1 - neck_tint) * cervical[..., None])

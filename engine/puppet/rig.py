@@ -47,6 +47,7 @@ class PuppetRig:
     identity: Identity
     size: int
 
-    def draw(self, state: FaceState) -> np.ndarray:
-        """The (size, size, 3) uint8 frame for a read face state."""
+    def draw(self, state: FaceState, talking: float = 0.0) -> np.ndarray:
+        """The (size, size, 3) uint8 frame for a read face state (its renderer draws the
+        avatar's own expression whatever ``talking`` says)."""
         return render(self.identity, drawable(state), self.size)

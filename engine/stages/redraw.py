@@ -11,7 +11,10 @@ to the session's ``Drawer``:
 - a bundled avatar's ``PuppetRig`` draws that avatar with its own renderer at it (sharp at
   any size, the identity exact by construction).
 
-The only state carried between chunks is the last frame's read motion, so memory stays flat.
+A session also carries how much its face is talking: an envelope of the read mouth's
+openness that rises within a few frames of speech and falls over about a second of silence
+(a photo's posed smile eases while it is up). The only state carried between chunks is the
+last frame's read motion and that envelope, so memory stays flat.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from engine.puppet import FaceState
 # noisier than the pose itself moves in 40 ms. The mouth and the eyelids are never smoothed.
 POSE_SMOOTHING = 0.5
 POSE = ("yaw", "pitch", "roll", "tx", "ty")
+# The talking envelope: openness above SPEAKING counts as speech; per frame it closes this share of
+# its distance to 1 while speech lasts (~4 frames) and to 0 in silence (~1.3 s at 25 fps).
+SPEAKING = 0.15
+TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
 
 
 class Drawer(Protocol):
@@ -39,8 +46,9 @@ class Drawer(Protocol):
 
     size: int
 
-    def draw(self, state: FaceState) -> np.ndarray:
-        """The (size, size, 3) uint8 frame for one read face state."""
+    def draw(self, state: FaceState, talking: float = 0.0) -> np.ndarray:
+        """The (size, size, 3) uint8 frame for one read face state; ``talking`` in [0, 1] is the
+        session's talking envelope."""
         ...
 
 
@@ -52,6 +60,7 @@ class RedrawState:
     driver_reference: np.ndarray  # (H, W, 3) uint8: the driver avatar's reference image
     last: FaceState | None = None
     driver_crops: ReferenceCrops = ()  # the reference as the reader takes it; cropped when empty
+    talking: float = 0.0  # the talking envelope after the last frame
 
     def __post_init__(self) -> None:
         if not self.driver_crops:
@@ -64,6 +73,12 @@ def smooth_pose(state: FaceState, last: FaceState | None, smoothing: float = POS
         return state
     return dataclasses.replace(state, **{k: smoothing * getattr(last, k) + (1.0 - smoothing) * getattr(state, k)
                                          for k in POSE})
+
+
+def talking_envelope(talking: float, state: FaceState) -> float:
+    """The envelope after one more frame whose read mouth is ``state``."""
+    speaking = state.openness > SPEAKING
+    return talking + ((1.0 - talking) * TALK_ATTACK if speaking else -talking * TALK_RELEASE)
 
 
 class Redraw:
@@ -83,10 +98,11 @@ class Redraw:
         out: list[list[PublishedFrame]] = []
         new_states: list[RedrawState] = []
         for session_frames, state in zip(frames, states, strict=True):
-            last, made = state.last, []
+            last, talking, made = state.last, state.talking, []
             for frame in session_frames:
                 last = smooth_pose(next(read), last)
-                made.append(dataclasses.replace(frame, rgb=state.drawer.draw(last)))
+                talking = talking_envelope(talking, last)
+                made.append(dataclasses.replace(frame, rgb=state.drawer.draw(last, talking)))
             out.append(made)
-            new_states.append(dataclasses.replace(state, last=last))
+            new_states.append(dataclasses.replace(state, last=last, talking=talking))
         return out, new_states

@@ -85,3 +85,18 @@ def test_a_bundled_avatar_is_drawn_sharp_at_the_motion_of_its_soft_driver_frames
         assert to_truth[k] < 0.5 * mae(soft[k], sharp[k]), "nearer the renderer's frame than its blurred driver"
     assert np.array_equal(out[2], rig.draw(after.last)), "the frame is the renderer's, at the motion carried on"
     assert after.last is not None and after.last.blink > 0.3
+
+
+def test_the_talking_envelope_rises_with_speech_and_falls_in_silence():
+    from engine.stages.redraw import talking_envelope
+
+    talking = 0.0
+    for _ in range(6):
+        talking = talking_envelope(talking, FaceState(openness=0.6))
+    assert talking > 0.75  # within a quarter second of speech
+    for _ in range(5):  # a short pause between words keeps most of it
+        talking = talking_envelope(talking, FaceState(openness=0.0))
+    assert talking > 0.6
+    for _ in range(75):  # three seconds of silence
+        talking = talking_envelope(talking, FaceState(openness=0.0))
+    assert talking < 0.15
