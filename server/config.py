@@ -167,6 +167,8 @@ class Settings(BaseModel):
     playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
     playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
 
+    header_timeout_s: float = Field(10.0, gt=0, description="an HTTP request's line and headers arrive within this")
+    body_timeout_s: float = Field(30.0, gt=0, description="an HTTP request's body arrives within this after them")
     offer_timeout_s: float = Field(10.0, gt=0, description="a created session that never gets an offer is reaped")
     connect_timeout_s: float = Field(8.0, gt=0, description="offer answered but ICE/DTLS never connects")
     peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP or media from the peer for this long: it is gone")

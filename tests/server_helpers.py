@@ -28,6 +28,7 @@ from engine.service.costs import CostModel
 from engine.service.pool import WorkerPool
 from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
+from server.api.uvicorn_config import server_config
 from server.base.engine_link import Engine
 from server.config import Settings
 from server.voice.tts import _read_wav
@@ -128,8 +129,7 @@ async def serving(app, settings: Settings) -> AsyncIterator[Running]:
     """``app`` on uvicorn in this process, on an ephemeral loopback port, until the block ends."""
     # Keep-alive longer than any test's pause between requests: uvicorn closing an idle connection
     # just as the client reuses it reads as a ReadError.
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=120,
-                            ws_max_size=settings.max_control_bytes + 4096, proxy_headers=settings.proxy_headers)
+    config = server_config(app, settings, "warning", host="127.0.0.1", port=0, timeout_keep_alive=120)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

@@ -6,21 +6,24 @@ from typing import Any
 
 import uvicorn
 
+from server.api.read_deadlines import protocol_class
 from server.config import Settings
 
 
 def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
-    """How ``avatar serve`` runs an app on uvicorn (an avatar node of a cluster runs the same)."""
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        ws_max_size=settings.max_control_bytes + 4096,
-        ws_ping_interval=5.0,
-        ws_ping_timeout=5.0,
+    """How ``avatar serve`` runs an app on uvicorn (an avatar node of a cluster runs the same);
+    ``extra`` adds or overrides uvicorn options (tests: port 0)."""
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": log_level,
+        "ws_max_size": settings.max_control_bytes + 4096,
+        "ws_ping_interval": 5.0,
+        "ws_ping_timeout": 5.0,
         # X-Forwarded-For decides whom the client limits count against, so it is trusted only when
         # asked: by the settings (a reverse proxy here) or by naming the forwarders (a cluster node).
-        proxy_headers=settings.proxy_headers or "forwarded_allow_ips" in extra,
-        **extra,
-    )
+        "proxy_headers": settings.proxy_headers or "forwarded_allow_ips" in extra,
+        # A request's line, headers and body arrive within bounds, however slowly a client sends.
+        "http": protocol_class(settings.header_timeout_s, settings.body_timeout_s),
+    }
+    return uvicorn.Config(app, **{**options, **extra})
