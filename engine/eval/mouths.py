@@ -211,7 +211,7 @@ def _label(text: str, width: int, height: int = 30) -> np.ndarray:
     return strip
 
 
-def sheet(path: Path, photos: list[tuple[str, PhotoAvatar]], width: int = 300) -> None:
+def sheet(path: Path, photos: list[tuple[str, PhotoAvatar]], width: int = 256) -> None:
     """The contact sheet: a row per photo (its name on a strip above), a column per ``COLUMNS`` mouth."""
     rows = [np.concatenate([_label(name, width) for name, _ in COLUMNS], axis=1)]
     for name, photo in photos:

@@ -73,14 +73,17 @@ def _ring(xy: np.ndarray, upper: tuple[int, ...], lower: tuple[int, ...]) -> np.
 
 
 def _sclera(img: np.ndarray, xy: np.ndarray, skin: np.ndarray) -> np.ndarray:
-    """The eye whites: the brightest tenth of the pixels between the lids (sclera, past the iris,
-    lashes and lid edges the lid contour also holds)."""
+    """The eye whites: the colour of the brightest, least coloured tenth of the pixels between the
+    lids (sclera, past the iris, lashes and the lid skin the lid contour also holds) at the
+    brightness of the brightest twentieth (the eye white in the light, not in the lid's shade)."""
     eyes = _polygon_mask(img.shape[:2], _ring(xy, RIGHT_EYE_UPPER, RIGHT_EYE_LOWER),
                          _ring(xy, LEFT_EYE_UPPER, LEFT_EYE_LOWER))
     px = img[eyes]
     if len(px) >= MIN_SCLERA_PIXELS:
         lum = luminance(px)
-        return px[lum >= np.percentile(lum, 90)].mean(0).astype(np.float32)
+        score = lum - (px.max(1) - px.min(1))
+        colour = px[score >= np.percentile(score, 90)].mean(0)
+        return (colour * float(np.percentile(lum, 95)) / max(float(luminance(colour)), 1.0)).astype(np.float32)
     # Eyes too small to read: a neutral as bright as the skin.
     return np.full(3, min(float(luminance(skin)), 235.0), np.float32)
 
@@ -102,7 +105,8 @@ def mouth_palette(image: np.ndarray, landmarks: np.ndarray) -> MouthPalette:
     lip = np.median(img[lips], 0) if lips.sum() > 10 else skin * np.array([0.85, 0.6, 0.6], np.float32)
     sclera = _sclera(img, xy, skin)
 
-    enamel = sclera * ENAMEL_OF_SCLERA * ENAMEL_TINT
+    # Enamel is less coloured than an eye white seen through lids and lashes: half-way to its grey.
+    enamel = (0.5 * sclera + 0.5 * float(luminance(sclera))) * ENAMEL_OF_SCLERA * ENAMEL_TINT
     gap = img[_polygon_mask(shape, inner)]
     shows = False
     if len(gap) > 20:
@@ -119,6 +123,7 @@ def mouth_palette(image: np.ndarray, landmarks: np.ndarray) -> MouthPalette:
     wall = lip * np.array([0.46, 0.22, 0.22], np.float32)
     floor = max(0.18 * float(luminance(skin)), 34.0)  # a cavity stays this bright at least: dark red, not black
     deep = lip * np.array([0.24, 0.1, 0.1], np.float32)
+    deep = 0.65 * deep + 0.35 * float(luminance(deep))  # the throat's shadow: red gone brown
     deep = deep * max(1.0, floor / max(float(luminance(deep)), 1e-3))
     return MouthPalette(enamel=enamel.astype(np.float32), sclera=sclera.astype(np.float32),
                         lip=lip.astype(np.float32), skin=skin.astype(np.float32), gum=gum.astype(np.float32),
