@@ -27,6 +27,7 @@ bundled avatar side by side (reference, mouth closed, mouth open; the avatar dec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,8 @@ import numpy as np
 
 from engine.eval import metrics
 from engine.eval.material import make_clip
+from engine.eval.mouths import THRESHOLDS as MOUTH_THRESHOLDS
+from engine.eval.mouths import MouthChecks, mouth_checks
 from engine.eval.run import jsonable, long_audio, pooled_lip_sync
 from engine.face.checks import FaceError
 from engine.face.detect import FaceBox, detect_faces
@@ -413,6 +416,7 @@ def evaluate_photo(pipe: Pipeline, photo: PhotoAvatar, clips: int = 4, minutes: 
     }
     log(f"photo eval: {clips} held-out clips")
     result.update(evaluate_photo_clips(pipe, photo, clips, seed, log))
+    result["mouth"] = dataclasses.asdict(mouth_checks(photo, seed))  # rendered by the rig, read by the mesh
     if minutes > 0:
         log(f"photo eval: long run, {minutes:g} min through one session")
         result["long"] = evaluate_photo_long(pipe, photo, minutes, seed, progress)
@@ -424,6 +428,7 @@ def evaluate_photo(pipe: Pipeline, photo: PhotoAvatar, clips: int = 4, minutes: 
 def photo_verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
     ls = result["lip_sync"]
     long = result.get("long")
+    mouth = MouthChecks(**result["mouth"]).verdicts() if "mouth" in result else {}
     return {
         "lip_sync_r": ls["r_at_best_lag"] >= THRESHOLDS["lip_sync_r_min"],
         "lip_sync_lag": abs(ls["best_lag"]) <= THRESHOLDS["lip_sync_max_abs_lag"],
@@ -431,6 +436,7 @@ def photo_verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
         "upper_face_ssim": None if not long else all(
             r["upper_face_ssim"] >= THRESHOLDS["upper_face_ssim_min"] for r in long["per_minute"]),
         "bytes_flat": None if not long else long["bytes_drift"] <= THRESHOLDS["bytes_drift_max"],
+        **{f"mouth_{k}": v for k, v in mouth.items()},
     }
 
 
@@ -450,6 +456,19 @@ def format_photo_table(result: dict[str, Any]) -> str:
         ("mouth jitter (|d2| / |d1|)", f"{seams['mouth_jitter']:.3f}", "report (noise 1.73)"),
         ("fps, batch clips", f"{result['fps']:.1f}", "report"),
     ]
+    mouth = result.get("mouth")
+    if mouth:
+        t = MOUTH_THRESHOLDS
+        rows += [
+            ("mouth: teeth rigidity (SSIM, head turned)", f"{mouth['rigidity']:.3f}", f">= {t['rigidity_min']}"),
+            ("mouth: brightest interior - eye whites", f"{mouth['brightest_over_eye_whites']:+.1f}",
+             f"<= {t['brightest_over_eye_whites_max']:g}"),
+            ("mouth: near-black share of an opening", f"{mouth['darkest_share']:.3f}",
+             f"<= {t['darkest_share_max']:.2f}"),
+            ("mouth: chin drop vs lip gap r", f"{mouth['chin_r']:.3f}", f">= {t['chin_r_min']}"),
+            ("mouth: corner lift talking / at rest", "-" if mouth["smile_eases"] is None
+             else f"{mouth['smile_eases']:.2f}", "< 1 (smiles)"),
+        ]
     long = result.get("long")
     if long:
         rows.append(("fps, streamed session", f"{long['fps']:.1f}", "report"))
