@@ -25,9 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.engine_setup import engine_client
+from server.api.forwarded import GatewayForwarded
 from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
-from server.api.limits import ClientLimits, client_key
+from server.api.limits import ClientLimits, bearer, client_key
 from server.api.redact import install_redaction
 from server.api.whip import create_router as whip_router
 from server.base.engine_link import Engine, EngineError, sample_rate_of
@@ -49,10 +50,6 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
-
-def _bearer(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def worker_json(w) -> dict:
@@ -217,11 +214,11 @@ def create_app(
         responses={401: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
     )
     async def create_session(request: Request, body: SessionCreate | None = None) -> SessionCreated:
-        if settings.auth_token is not None and _bearer(request) != settings.auth_token:
+        if settings.auth_token is not None and bearer(request) != settings.auth_token:
             raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
         m = manager(request)
         client = client_key(request.client.host if request.client else None,
-                            _bearer(request) if settings.auth_token is not None else None)
+                            bearer(request) if settings.auth_token is not None else None)
         rejected = metrics.sessions_rejected.labels("rate_limited").inc
         with limits.admitted(client, m.waiting_for_offer, rejected) as created:
             session = await m.create(body or SessionCreate())
@@ -250,7 +247,7 @@ def create_app(
         },
     )
     async def offer(session_id: str, body: SessionDescription, request: Request) -> SessionDescription:
-        session = manager(request).get(session_id, _bearer(request))
+        session = manager(request).get(session_id, bearer(request))
         if body.type != "offer":
             raise ApiError(400, "bad_sdp", "expected an SDP of type 'offer'")
         if len(body.sdp.encode()) > settings.max_sdp_bytes:
@@ -275,7 +272,7 @@ def create_app(
     async def trace(session_id: str, request: Request) -> dict[str, list]:
         """The session's latency trace: clock-stamped logs of the last half minute (microphone
         blocks, feed blocks, engine frames, video slots released), to split a latency into its terms."""
-        return manager(request).get(session_id, _bearer(request)).trace.to_json()
+        return manager(request).get(session_id, bearer(request)).trace.to_json()
 
     @app.delete(
         f"{API}/sessions/{{session_id}}",
@@ -284,7 +281,7 @@ def create_app(
         responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
     )
     async def delete_session(session_id: str, request: Request) -> Response:
-        manager(request).get(session_id, _bearer(request))
+        manager(request).get(session_id, bearer(request))
         await manager(request).close(session_id, "deleted")
         return Response(status_code=204)
 
@@ -305,5 +302,7 @@ def create_app(
     app.include_router(whip_router())
     allow_origins(app, settings.cors_origins)
     ice_network.configure(ice_network.IceNetwork.of(settings.ice_ports, settings.public_address))
+    app.state.gateway_secret = None  # set by a cluster node: X-Forwarded-For is trusted with it only
+    app.add_middleware(GatewayForwarded, secret=lambda: app.state.gateway_secret)
     app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too
     return app

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from starlette.requests import Request
+
 from server.base.errors import ApiError
 
 WINDOW_S = 60.0
@@ -30,6 +32,12 @@ class Refusal:
 
     message: str
     retry_after_s: int
+
+
+def bearer(request: Request) -> str | None:
+    """The request's bearer token, if it has one."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def client_key(address: str | None, token: str | None) -> str:

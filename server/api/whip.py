@@ -17,6 +17,7 @@ from aiortc import RTCSessionDescription
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from server.api.limits import bearer
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse, IceServer
 from server.config import Settings
@@ -46,14 +47,10 @@ def ice_links(servers: list[IceServer]) -> list[str]:
     return links
 
 
-def _bearer(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return (value.strip() or None) if scheme.lower() == "bearer" else None
-
 
 def _session(request: Request, session_id: str) -> Session:
     manager: SessionManager = request.app.state.manager
-    return manager.get(session_id, _bearer(request))
+    return manager.get(session_id, bearer(request))
 
 
 def _require_type(request: Request, expected: str) -> None:

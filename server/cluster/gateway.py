@@ -24,6 +24,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from server.api.forwarded import GATEWAY_HEADER
+from server.api.limits import ClientLimits, bearer, client_key
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse
 from server.cluster.membership import ClusterNode, Membership
@@ -40,9 +42,10 @@ SESSION_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 NODE_TIMEOUT_S = 30.0  # an offer is answered once the node's ICE gathering is done
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
+def _error(status: int, code: str, message: str, retry_after: int | None = None) -> JSONResponse:
     body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
-    headers = {"Retry-After": "5"} if status == 503 else None
+    retry_after = 5 if retry_after is None and status == 503 else retry_after
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
@@ -60,7 +63,7 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
         if not ray.is_initialized():
             raise RuntimeError("the gateway runs in a process that joined a Ray cluster (server.cluster.join)")
         following = asyncio.create_task(membership.run(), name="cluster-membership")
-        async with httpx.AsyncClient(timeout=NODE_TIMEOUT_S) as http:
+        async with httpx.AsyncClient(timeout=NODE_TIMEOUT_S, headers={GATEWAY_HEADER: membership.secret}) as http:
             app.state.http = http
             try:
                 yield
@@ -70,13 +73,21 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
 
     app = FastAPI(title="avatar-engine gateway", version="1", lifespan=lifespan,
                   description="Places avatar sessions on the nodes of a Ray cluster; signalling and control.")
+    # Per-client limits on creating sessions, cluster-wide: each node keeps its own as well, but
+    # only the gateway sees every node's creations (a client's token is granted them once, not per node).
+    limits = ClientLimits(settings.client_sessions_per_minute, settings.client_max_unoffered, settings.offer_timeout_s)
+    offered: set[str] = set()  # sessions whose offer (or WHIP offer) a node has answered
+
+    def waiting_for_offer(session_id: str) -> bool:
+        return session_id not in offered and membership.holder(session_id) is not None
+
     app.state.settings = settings
     app.state.membership = membership
     app.state.metrics = metrics
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.message)
+        return _error(exc.status, exc.code, exc.message, exc.retry_after)
 
     def holder(session_id: str) -> ClusterNode:
         node = membership.holder(session_id)
@@ -130,6 +141,15 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
         if length is not None and (not length.isdigit() or int(length) > limit):
             raise ApiError(413, "body_too_large", f"request body over {limit} bytes")
         any_node()
+        if settings.auth_token is not None and bearer(request) != settings.auth_token:
+            raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
+        client = client_key(request.client.host if request.client else None,
+                            bearer(request) if settings.auth_token is not None else None)
+        offered.intersection_update(sid for node in membership.nodes.values() for sid in node.sessions)
+        with limits.admitted(client, waiting_for_offer, metrics.sessions_rejected.labels("rate_limited").inc) as made:
+            return await place(request, made)
+
+    async def place(request: Request, made) -> Response:
         body = await request.body()
         refusal: httpx.Response | ApiError | None = None
         for node in ranked(membership.nodes.values()):
@@ -145,6 +165,7 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
                 return relayed(answer)
             created = answer.json()
             node.placed(created["session_id"])
+            made(created["session_id"])
             metrics.sessions_placed.labels(node.node).inc()
             return JSONResponse({**created, "node": node.node}, status_code=201)
         metrics.sessions_rejected.labels("at_capacity").inc()
@@ -159,6 +180,8 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
         answer = await forward(request.app.state.http, node, request)
         if request.method == "DELETE" and not rest and answer.status_code == 204:
             node.sessions.discard(session_id)
+        if request.method == "POST" and rest in ("offer", "whip") and answer.status_code in (200, 201):
+            offered.add(session_id)
         return relayed(answer)
 
     @app.websocket("/v1/sessions/{session_id}/control")

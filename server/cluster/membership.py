@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ class Membership:
                  report_s: float = 1.0, report_timeout_s: float = 2.0,
                  on_lost: Callable[[ClusterNode, str], None] | None = None) -> None:
         self.passed = passed
+        self.secret = secrets.token_urlsafe(32)  # proves the gateway's requests to its nodes (GATEWAY_HEADER)
         self.loopback_ice = loopback_ice
         self.poll_s = poll_s
         self.report_s = report_s
@@ -131,7 +133,7 @@ class Membership:
         """Start (or find) the node's actor, then take its reports until it is lost."""
         try:
             node.actor = spawn(node.node, node.gpus, self.passed, self.loopback_ice)
-            node.address = await asyncio.wait_for(node.actor.start.remote(), START_TIMEOUT_S)
+            node.address = await asyncio.wait_for(node.actor.start.remote(self.secret), START_TIMEOUT_S)
             log.info("avatar node %s serves at %s", node.node[:12], node.address)
         except asyncio.CancelledError:
             raise

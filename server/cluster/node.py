@@ -70,9 +70,14 @@ class AvatarNode:
         self._server: asyncio.Task | None = None
         self._app: Any = None
         self._address = ""
+        self._secret: str | None = None
 
-    async def start(self) -> str:
-        """Start the app if it is not running yet; its address. Idempotent: a restarted gateway calls it too."""
+    async def start(self, gateway_secret: str | None = None) -> str:
+        """Start the app if it is not running yet; its address. Idempotent: a restarted gateway calls
+        it too, with its own secret (requests that carry it may name their client in X-Forwarded-For)."""
+        self._secret = gateway_secret
+        if self._app is not None:
+            self._app.state.gateway_secret = gateway_secret
         if self._starting is None:
             self._starting = asyncio.create_task(self._serve())
         return await asyncio.shield(self._starting)
@@ -90,8 +95,10 @@ class AvatarNode:
             aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
         app = create_app(settings)
         # Requests come through the gateway: the client they count against (per-client limits) is
-        # the one it names in X-Forwarded-For. With a token required, limits key on the token instead.
-        server = uvicorn.Server(server_config(app, settings, "warning", forwarded_allow_ips="*"))
+        # the one it names in X-Forwarded-For, trusted only with the gateway's secret (a client
+        # reaching this port directly counts as itself). With a token required, limits key on the token.
+        app.state.gateway_secret = self._secret
+        server = uvicorn.Server(server_config(app, settings, "warning"))
         self._server = asyncio.create_task(_serve_until_exit(server), name="avatar-node-server")
         while not server.started:
             if self._server.done():

@@ -270,3 +270,19 @@ async def test_placement_follows_nodes_joining_and_leaving(avatar_cluster: Local
             assert after.node in survivors
         finally:
             await ended(gw, *held)
+
+
+async def test_per_client_limits_hold_across_the_clusters_nodes(avatar_cluster: LocalCluster, monkeypatch):
+    """One client may hold one session waiting for its offer (the gateway's setting here): the
+    gateway refuses the second, though another node has room and a node's own limit is 4."""
+    loopback_only(monkeypatch)
+    async with running_gateway(cluster_settings(max_sessions=2, client_max_unoffered=1)) as gw:
+        await serving_nodes(gw, len(avatar_cluster.nodes))
+        first = await create(gw)
+        try:
+            second = await gw.http.post("/v1/sessions", json={})
+            assert second.status_code == 429, second.text
+            assert second.json()["error"]["code"] == "rate_limited" and second.headers["retry-after"]
+        finally:
+            await ended(gw, first)
+        await ended(gw, await create(gw))  # its place is free again
