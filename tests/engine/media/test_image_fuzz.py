@@ -7,17 +7,17 @@ import functools
 import struct
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
-from image_helpers import encode, halves, raw_png
+from image_helpers import encode, halves, raw_png, two_frames
 from PIL import Image
 
 from engine.media.image import ImageError, ImageLimits, ImageTooLarge, check_header, decode_image
 from engine.media.image_header import probe
 
 LIMITS = ImageLimits(max_side=512, max_pixels=200_000, min_side=8)
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = fuzz(150)
 
 
 @functools.cache
@@ -41,6 +41,8 @@ def seeds() -> tuple[bytes, ...]:
         encode(frames[0], "GIF", save_all=True, append_images=frames[1:]),
         encode(frames[0], "PNG", save_all=True, append_images=frames[1:]),
         raw_png(np.full((20, 20), 0x1234, ">u2"), 16, 0),
+        two_frames(64, "GIF"),
+        two_frames(64, "MPO"),  # a multi-picture JPEG: every view's frame header is read
     )
 
 

@@ -12,7 +12,8 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 from server_helpers import make_settings, running_server, session_tasks, wait_until
 from websockets.sync.client import connect
@@ -21,8 +22,7 @@ from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_BYTES = 8192
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = fuzz(150)
 TYPES = ["speak", "audio.append", "audio.commit", "interrupt", "config", "ping", "dance", "", None, 7]
 
 json_values = st.recursive(

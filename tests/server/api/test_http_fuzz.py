@@ -14,14 +14,14 @@ import string
 import httpx
 import pytest
 from fastapi.routing import APIRoute
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 from sdp_helpers import CHROME_OFFER, mutations
 from server_helpers import loopback_only, make_settings, running_server, session_tasks, wait_until
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = fuzz(300)
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD")
 OFFERS = [sdp for _, sdp in mutations(CHROME_OFFER)][::7]
 

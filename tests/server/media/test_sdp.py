@@ -10,7 +10,8 @@ import collections
 import pytest
 from aiortc import RTCSessionDescription
 from aiortc.mediastreams import AudioStreamTrack, VideoStreamTrack
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 from sdp_helpers import CHROME_OFFER, FINGERPRINT, FIREFOX_OFFER, aiortc_offer, lines, mutations
 from server_helpers import loopback_only
@@ -165,8 +166,7 @@ async def test_random_mutations_are_answered_or_refused(loop_errors):
     seen: collections.Counter[str] = collections.Counter()
     loop = asyncio.get_running_loop()
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @fuzz(60)
     @given(mangled(base))
     def run(sdp: str) -> None:
         seen[asyncio.run_coroutine_threadsafe(answer_or_refuse(sdp), loop).result(10)] += 1
