@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.service import wire
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.launch import WorkerHandle, launcher
 from engine.service.messages import (
@@ -39,6 +38,7 @@ from engine.service.messages import (
     WorkerReady,
     WorkerStats,
 )
+from engine.service.outbox import Outbox
 from engine.service.slots import FrameSlots
 from engine.service.worker import WorkerOptions
 
@@ -59,6 +59,7 @@ class WorkerLink:
         self._make = make
         self._on_ended = on_ended
         self.handle: WorkerHandle | None = None
+        self._outbox: Outbox | None = None
         self.state = "starting"
         self.served = False  # it reported ready once
         self.info: EngineInfo | None = None
@@ -77,6 +78,8 @@ class WorkerLink:
         self._loop = loop = asyncio.get_running_loop()
         self.handle = handle = self._make(self.options)
         self.pid = handle.pid
+        self._outbox = Outbox(handle.conn, lambda reason: loop.call_soon_threadsafe(self._ended, reason),
+                              name=f"worker-outbox-{self.index}")
         loop.add_reader(handle.conn.fileno(), self._readable)
         if handle.sentinel is not None:
             loop.add_reader(handle.sentinel, self._ended, "the engine worker process exited")
@@ -109,12 +112,10 @@ class WorkerLink:
     # ---- connection ----------------------------------------------------------------------
 
     def send(self, msg: object) -> None:
-        if self.state in ("lost", "failed", "stopped") or self.handle is None:
+        """Queued for the worker's writer thread: the event loop never waits on a worker."""
+        if self.state in ("lost", "failed", "stopped") or self._outbox is None:
             return
-        try:
-            wire.send(self.handle.conn, msg)
-        except (OSError, ValueError):  # TimeoutError among them: a worker that reads nothing is gone
-            self._ended("the engine worker's connection broke")
+        self._outbox.put(msg)
 
     def _readable(self) -> None:
         conn = self.handle.conn
@@ -166,6 +167,8 @@ class WorkerLink:
         was_ready = self.state == "ready"
         self.state = state if self.state != "stopping" else "stopped"
         loop, handle = self._loop, self.handle
+        if self._outbox is not None:
+            self._outbox.close()
         if loop is not None and handle is not None:
             with contextlib.suppress(Exception):
                 loop.remove_reader(handle.conn.fileno())

@@ -200,3 +200,49 @@ async def test_the_in_process_engine_speaks_the_same_protocol(pool):
     assert [f.index for f in got] == list(range(20))
     np.testing.assert_array_equal(got[7].audio, pcm[7 * spf:8 * spf])
     await stream.close()
+
+
+async def test_a_stalled_worker_blocks_neither_the_loop_nor_other_sessions(pool):
+    """A worker whose inbox stops being read (SIGSTOP: alive, reading nothing) while its session's
+    audio keeps coming: the event loop keeps ticking within 20 ms, the other worker's session keeps
+    getting its frames, and the stalled one is lost once its writer gives up (2 s)."""
+    p = await pool(workers=2)
+    stalled = await p.open(SessionSpec(preset=Preset.QUALITY))
+    other = await p.open(SessionSpec(preset=Preset.QUALITY, seed=1))
+    stalled_link = next(link for link in p.links if stalled.id in link.streams)
+    assert other.id not in stalled_link.streams
+    await feed(other, 8.0)
+    await frames(other, 1)
+    sr = stalled.info.sample_rate
+    os.kill(stalled_link.pid, signal.SIGSTOP)
+    try:
+        ticks, arrivals = [], []
+
+        async def tick() -> None:
+            while True:
+                t = time.monotonic()
+                await asyncio.sleep(0.001)
+                ticks.append(time.monotonic() - t - 0.001)
+
+        async def watch() -> None:
+            while True:
+                await other.next_frame()
+                arrivals.append(time.monotonic())
+
+        tasks = [asyncio.create_task(tick()), asyncio.create_task(watch())]
+        t0 = time.monotonic()
+        for i in range(40):  # 40 s of audio, 2.5 MB: far more than the socket buffers hold
+            stalled.push_audio(i * sr, np.zeros(sr, np.float32))
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(stalled.lost.wait(), 10)
+        lost_s = time.monotonic() - t0
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        os.kill(stalled_link.pid, signal.SIGKILL)
+    assert stalled.error.code == "engine_lost" and 2.0 <= lost_s < 5.0, lost_s
+    assert max(ticks) < 0.02, f"event loop lag {max(ticks) * 1000:.0f} ms"
+    gaps = np.diff([t0, *arrivals])
+    assert len(arrivals) >= 25 and gaps.max() < 0.5, (len(arrivals), gaps.max())
+    await other.close()
