@@ -48,6 +48,22 @@ def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --hel
         raise CliError(str(exc).strip("'\"")) from None
 
 
+def _personal(args: argparse.Namespace):
+    """The personal avatar ``--avatar`` names (one ``avatar enroll`` made), or None for a bundled one."""
+    from engine.avatars import avatar_names
+
+    if not args.avatar or args.avatar in avatar_names():
+        return None
+    from engine.personal.store import AvatarStore, StoreError
+
+    store = AvatarStore(args.store, reserved=tuple(avatar_names()))
+    try:
+        return store.load(args.avatar)
+    except StoreError as exc:
+        raise CliError(f"unknown avatar {args.avatar!r}: not bundled ({', '.join(avatar_names())}) "
+                       f"and {exc.reason} in {store.root}") from None
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -61,13 +77,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.drawn and args.image:
         raise CliError("--drawn draws a bundled avatar; a photo's frames are always its own pixels")
     image = load_image(args.image) if args.image else None
+    photo = _personal(args)
     pipe = _pipeline(args)
     if args.drawn and not isinstance(pipe, Pipeline):
         raise CliError(f"--drawn needs a learned engine; --config {args.config} draws with the renderer already")
     drawn = {"drawn": True} if args.drawn else {}
     pcm = load_audio(args.audio, pipe.sample_rate)
     try:  # the session opens here: an unknown avatar, or a photo without a usable face, fails now
-        session = pipe.open_session(avatar=args.avatar, image=image, seed=args.seed, **drawn)
+        session = pipe.open_session(avatar=None if photo else args.avatar, image=image, photo=photo, seed=args.seed,
+                                    **drawn)
     except FaceError as exc:
         raise CliError(f"{args.image}: {exc}") from None
     except (KeyError, ValueError) as exc:
@@ -179,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="render an audio file to an MP4 (H.264 + AAC)")
     render.add_argument("--audio", required=True, help="wav/flac/mp3/ogg, any rate, mono or stereo")
     render.add_argument("--out", required=True, help="output .mp4")
-    render.add_argument("--avatar", default=None, help="bundled avatar name")
+    render.add_argument("--avatar", default=None, help="bundled or personal (avatar enroll) avatar name")
+    render.add_argument("--store", default=None, help="the personal avatars' store (default: AVATAR_STORE)")
     render.add_argument("--image", default=None, help="reference image of the avatar")
     render.add_argument("--drawn", action="store_true",
                         help="draw the bundled avatar with its renderer at the generated motion (sharp) "
@@ -210,8 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(bench)
     bench.set_defaults(func=cmd_bench)
 
+    from engine.personal.cli import add_personal_parsers
     from engine.train.run import add_train_parser
 
+    add_personal_parsers(sub)
     add_train_parser(sub)
     for ep in entry_points(group="avatar.commands"):
         ep.load()(sub)

@@ -60,6 +60,55 @@ def smooth_contour(points: np.ndarray, per_segment: int = 4) -> np.ndarray:
     return np.concatenate(out + [points[-1:]])
 
 
+@dataclass(frozen=True)
+class Opening:
+    """The space between a frame's inner lips: both lips as smooth curves and the pixel box
+    around them (padded a little), where an interior is composed and blended in."""
+
+    upper: np.ndarray
+    lower: np.ndarray
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+
+    PAD = 3
+
+    @classmethod
+    def of(cls, landmarks: np.ndarray, shape: tuple[int, int]) -> Opening | None:
+        """The opening of the moved (468, >=2) ``landmarks`` in a frame of ``shape``; None if empty."""
+        up = smooth_contour(landmarks[list(LIPS_INNER_UPPER), :2])
+        lo = smooth_contour(landmarks[list(LIPS_INNER_LOWER), :2])
+        poly = np.concatenate([up, lo[::-1]])
+        x0 = int(max(np.floor(poly[:, 0].min()) - cls.PAD, 0))
+        x1 = int(min(np.ceil(poly[:, 0].max()) + cls.PAD + 1, shape[1]))
+        y0 = int(max(np.floor(poly[:, 1].min()) - cls.PAD, 0))
+        y1 = int(min(np.ceil(poly[:, 1].max()) + cls.PAD + 1, shape[0]))
+        if x1 <= x0 or y1 <= y0:
+            return None
+        return cls(up, lo, x0, y0, x1, y1)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of the box, as OpenCV takes it."""
+        return self.x1 - self.x0, self.y1 - self.y0
+
+    def blend(self, out: np.ndarray, col: np.ndarray, strength: float, widen: float = 0.0) -> None:
+        """Lay the box's colours ``col`` into ``out`` inside the opening (anti-aliased), faded by
+        ``strength``; ``widen`` in [0, 1] also covers a 2-pixel fringe around it that strongly."""
+        poly = np.concatenate([self.upper, self.lower[::-1]])
+        mask = np.zeros(col.shape[:2], np.uint8)
+        shift = 4
+        pts = np.round((poly - [self.x0, self.y0]) * (1 << shift)).astype(np.int32)
+        cv2.fillPoly(mask, [pts], 255, cv2.LINE_AA, shift)
+        if widen > 0:
+            cv2.polylines(mask, [pts], True, int(255 * widen), 2, cv2.LINE_AA, shift)
+        alpha = (mask.astype(np.float32) * (strength / 255.0))[..., None]
+        region = out[self.y0 : self.y1, self.x0 : self.x1].astype(np.float32)
+        out[self.y0 : self.y1, self.x0 : self.x1] = np.clip(region + (col - region) * alpha + 0.5, 0, 255).astype(
+            np.uint8)
+
+
 def _compose(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The 2x3 affine of ``a`` after ``b``."""
     a3, b3 = np.vstack([a, [0, 0, 1]]), np.vstack([b, [0, 0, 1]])
@@ -176,17 +225,10 @@ class MouthInterior:
         the lower jaw's shift in rest pixels; ``strength`` in [0, 1] fades the whole interior in;
         ``meeting`` in [0, 1]: the lips are closing over the gap left between them, which shows
         the inside of the lips meeting on a dark line instead."""
-        up = smooth_contour(landmarks[list(LIPS_INNER_UPPER)])
-        lo = smooth_contour(landmarks[list(LIPS_INNER_LOWER)])
-        poly = np.concatenate([up, lo[::-1]])
-        size = out.shape[0]
-        pad = 3
-        x0 = int(max(np.floor(poly[:, 0].min()) - pad, 0))
-        x1 = int(min(np.ceil(poly[:, 0].max()) + pad + 1, out.shape[1]))
-        y0 = int(max(np.floor(poly[:, 1].min()) - pad, 0))
-        y1 = int(min(np.ceil(poly[:, 1].max()) + pad + 1, size))
-        if x1 <= x0 or y1 <= y0 or strength <= 0:
+        opening = Opening.of(landmarks, out.shape[:2])
+        if opening is None or strength <= 0:
             return
+        up, lo, x0, y0, x1, y1 = opening.upper, opening.lower, opening.x0, opening.y0, opening.x1, opening.y1
         h, w = y1 - y0, x1 - x0
         to_box = _shift(np.array([-x0, -y0], np.float64))
         upper_m = _compose(to_box, _compose(skull, self._texture_to_rest))
@@ -230,12 +272,4 @@ class MouthInterior:
             lips = p.lip[None, None, :] * (0.68 + 0.27 * np.clip(middle, 0, 1)[..., None])
             col = col * (1 - meeting) + lips * meeting
 
-        mask = np.zeros((h, w), np.uint8)
-        shift = 4
-        pts = np.round((poly - [x0, y0]) * (1 << shift)).astype(np.int32)
-        cv2.fillPoly(mask, [pts], 255, cv2.LINE_AA, shift)
-        if meeting > 0:  # lips that meet also cover the fringe of what lay between them
-            cv2.polylines(mask, [pts], True, int(255 * meeting), 2, cv2.LINE_AA, shift)
-        alpha = (mask.astype(np.float32) * (strength / 255.0))[..., None]
-        region = out[y0:y1, x0:x1].astype(np.float32)
-        out[y0:y1, x0:x1] = np.clip(region + (col - region) * alpha + 0.5, 0, 255).astype(np.uint8)
+        opening.blend(out, col, strength, widen=meeting)

@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from engine.face.expression import RELAX_CLOSE, lip_bases
+from engine.face.footage import FootageMouth, MouthBank
 from engine.face.landmarks import (
     FACE_OVAL,
     LEFT_BROW,
@@ -225,7 +226,7 @@ def photo_motion(state: FaceState, talking: float = 0.0) -> FaceMotion:
 class PhotoRig:
     """A face photo (a crop from ``crop_face``) prepared for animation; ``render(motion)`` per frame."""
 
-    def __init__(self, image: np.ndarray, face: Face):
+    def __init__(self, image: np.ndarray, face: Face, mouths: MouthBank | None = None):
         image = np.ascontiguousarray(image)
         if image.ndim != 3 or image.shape[0] != image.shape[1] or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"expected a square (S, S, 3) uint8 image, got {image.dtype} {image.shape}")
@@ -315,7 +316,8 @@ class PhotoRig:
         self.motion_region = cv2.dilate(region, np.ones((2 * GRID - 1,) * 2, np.uint8)).astype(bool)
         """(S, S) bool: the only pixels any motion can change (the triangles with a moving corner)."""
         self.palette = mouth_palette(image, lm)
-        self.mouth = MouthInterior(image, lm, MouthFrame(mc, eu, ev, mouth_w), self.palette)
+        drawn = MouthInterior(image, lm, MouthFrame(mc, eu, ev, mouth_w), self.palette)
+        self.mouth: MouthInterior | FootageMouth = drawn if mouths is None else FootageMouth(mouths, drawn)
         self._teeth_depth = float(self._depth[UPPER_LIP_CENTER]) + DEPTH_SCALE * TEETH_BEHIND_LIPS * mouth_w
 
     # ---- bases -------------------------------------------------------------------------------------------------
@@ -526,9 +528,10 @@ class PhotoRig:
         return np.stack(frames)
 
     @classmethod
-    def from_photo(cls, image: np.ndarray, face: Face) -> PhotoRig:
-        """A rig for a square photo crop (``crop_face``) and its face (landmarks in crop pixels)."""
-        return cls(image, face)
+    def from_photo(cls, image: np.ndarray, face: Face, mouths: MouthBank | None = None) -> PhotoRig:
+        """A rig for a square photo crop (``crop_face``) and its face (landmarks in crop pixels);
+        ``mouths``: the person's own mouth from their footage (a personal avatar)."""
+        return cls(image, face, mouths)
 
 
 def _rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:

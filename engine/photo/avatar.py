@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.face.checks import FaceError, find_face
 from engine.face.crop import crop_face
+from engine.face.footage import MouthBank
 from engine.face.landmarks import Face
 
 PHOTO_SIZE = 512  # side of a photo avatar's frames
@@ -22,10 +23,12 @@ __all__ = ["PHOTO_SIZE", "FaceError", "PhotoAvatar", "photo_avatar"]
 
 @dataclass(frozen=True)
 class PhotoAvatar:
-    """The (S, S, 3) uint8 crop a photo session's frames are made of and its landmarks in crop pixels."""
+    """The (S, S, 3) uint8 crop a photo session's frames are made of and its landmarks in crop
+    pixels; a personal avatar (``engine.personal``) also carries the person's own mouth."""
 
     image: np.ndarray
     face: Face
+    mouths: MouthBank | None = None
 
     @property
     def frame_size(self) -> tuple[int, int]:

@@ -1,0 +1,72 @@
+"""Synthetic footage of a known face with a known mouth track, for enrolment tests.
+
+A real portrait's rig (``PhotoRig``) speaks a scripted track (openings, widths, blinks, a little
+sway) and each frame's open mouth carries a mark whose green level is the frame's opening:
+an interior a personal session shows can be traced back to the footage frame it came from.
+The frames are encoded with a real H.264 encoder (PyAV) into an MP4.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+
+from engine.face.landmarks import LIPS_INNER_LOWER, LIPS_INNER_UPPER
+from engine.face.rig import FaceMotion, PhotoRig
+
+FPS = 25
+MARK = 5  # half-size of the mark in pixels
+
+
+def mouth_centre(landmarks: np.ndarray) -> np.ndarray:
+    return landmarks[list(LIPS_INNER_UPPER) + list(LIPS_INNER_LOWER), :2].mean(0)
+
+
+def mark_level(frame: np.ndarray, landmarks: np.ndarray) -> float:
+    """The mark's green level read at the interior's centre (0 .. 1), or -1 where it is not red-free."""
+    x, y = np.round(mouth_centre(landmarks)).astype(int)
+    px = frame[y - 2 : y + 3, x - 2 : x + 3].reshape(-1, 3).astype(float).mean(0)
+    return float(px[1] / 255.0) if px[2] > 150 and px[0] < 80 else -1.0
+
+
+def jaw_track(seconds: float, top: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Openings 0 .. ``top`` per frame: syllables of varying height with pauses."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * FPS)
+    t = np.arange(n) / FPS
+    track = np.clip(np.sin(2 * np.pi * 2.1 * t) * 0.5 + 0.5, 0, 1) * (0.35 + 0.65 * (0.5 + 0.5 * np.sin(0.7 * t)))
+    track *= (np.sin(2 * np.pi * 0.23 * t + rng.uniform(0, 6)) > -0.6)  # pauses
+    return np.clip(track * top, 0, top)
+
+
+def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640, faces: int = 1,
+                  brightness: float = 1.0) -> np.ndarray:
+    """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4); -> the (n,) openings written."""
+    s = rig.size
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=FPS)
+        stream.width = stream.height = canvas
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": "12", "preset": "ultrafast"}
+        for k, j in enumerate(jaw):
+            motion = FaceMotion(jaw_open=float(j), mouth_width=float(0.6 * np.sin(0.9 * k / FPS)),
+                                blink=1.0 if k % 90 in (40, 41) else 0.0, yaw=0.04 * np.sin(0.5 * k / FPS),
+                                talking=1.0)
+            frame = rig.render(motion)
+            if j > 0.15:
+                x, y = np.round(mouth_centre(rig.moved_landmarks(motion))).astype(int)
+                frame[y - MARK : y + MARK, x - MARK : x + MARK] = (0, int(round(255 * j)), 255)
+            big = np.full((canvas, canvas, 3), 90, np.uint8)
+            o = (canvas - s) // 2
+            big[o : o + s, o : o + s] = frame
+            if faces > 1:  # a second, smaller copy of the face in a corner
+                small = frame[::2, ::2]
+                big[: small.shape[0], : small.shape[1]] = small
+            big = np.clip(big.astype(np.float32) * brightness, 0, 255).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(big, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return jaw
