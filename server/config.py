@@ -133,6 +133,10 @@ class Settings(BaseModel):
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image file (bytes)")
     max_image_side: int = Field(4096, ge=64, description="reference image width and height, read from its header")
     max_image_pixels: int = Field(4096 * 4096, ge=4096, description="reference image pixels, read from its header")
+    avatar_store: str | None = Field(
+        None, description="folder of the personal avatars (default: AVATAR_STORE, else the user's data folder); "
+        "cluster nodes share one"
+    )
     client_sessions_per_minute: int = Field(30, ge=1, description="session creations per client in any 60 s")
     client_max_unoffered: int = Field(4, ge=1, description="sessions of one client waiting for their offer")
     proxy_headers: bool = Field(

@@ -22,6 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.api.avatars import create_router as avatars_router
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.engine_setup import engine_client
@@ -31,7 +32,7 @@ from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits, bearer, client_key
 from server.api.redact import install_redaction
 from server.api.whip import create_router as whip_router
-from server.base.engine_link import Engine, EngineError, sample_rate_of
+from server.base.engine_link import MAX_VIDEO_BYTES, Engine, EngineError, sample_rate_of
 from server.base.errors import ApiError
 from server.base.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.base.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
@@ -149,6 +150,8 @@ def create_app(
         length = request.headers.get("content-length")
         image_route = request.url.path == "/v1/sessions"
         limit = (settings.max_image_bytes * 4 // 3 if image_route else settings.max_sdp_bytes) + 4096
+        if request.url.path == "/v1/avatars":
+            limit = MAX_VIDEO_BYTES + 64 * 1024  # a clip, perhaps in a multipart form
         if length is not None and (not length.isdigit() or int(length) > limit):
             return _error(413, "body_too_large", f"request body over {limit} bytes")
         return await call_next(request)
@@ -191,6 +194,7 @@ def create_app(
         base = m.engine.info
         return {
             "avatars": m.engine.avatars,
+            "personal_avatars": m.personal.names(),
             "reference_images": base.accepts_images,
             "drawn": settings.drawn and base.accepts_images,  # what a session gets unless it asks
             "max_image_bytes": settings.max_image_bytes,
@@ -300,6 +304,7 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.include_router(whip_router())
+    app.include_router(avatars_router())
     allow_origins(app, settings.cors_origins)
     ice_network.configure(ice_network.IceNetwork.of(settings.ice_ports, settings.public_address))
     app.state.gateway_secret = None  # set by a cluster node: X-Forwarded-For is trusted with it only

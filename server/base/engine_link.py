@@ -10,7 +10,8 @@ on, quality changes and failures reported.
 
 The engine package also holds two media helpers the server runs in its own process (the MP4
 writer behind recordings and the Piper TTS wrapper); they are re-exported here so that no
-other server module imports them from ``engine``.
+other server module imports them from ``engine``; so are personal avatars' enrolment and
+store (``engine.personal``), which the web process runs beside its sessions.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from engine.media.audio_io import MediaError
 from engine.media.image import ImageLimits, ImageTooLarge, decode_image
 from engine.media.mp4 import Mp4Writer
 from engine.parallel.plan import ParallelPlan
+from engine.personal.enroll import MAX_BYTES as MAX_VIDEO_BYTES
+from engine.personal.enroll import EnrollError, enroll
+from engine.personal.store import AvatarStore, StoreError
 from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
@@ -35,6 +39,11 @@ from engine.service.pool import WorkerPool, worker_devices
 from engine.service.worker import WorkerOptions
 
 __all__ = [
+    "MAX_VIDEO_BYTES",
+    "AvatarStore",
+    "EnrollError",
+    "StoreError",
+    "enroll",
     "Engine",
     "EngineClient",
     "EngineError",

@@ -10,6 +10,7 @@ from server.base.errors import ApiError
 from server.base.metrics import ServerMetrics
 from server.base.protocol import SessionCreate
 from server.config import Settings
+from server.session.personal import PersonalAvatars
 from server.session.reaper import SessionReaper
 from server.session.reference_image import ReferenceImages
 from server.session.session import Session
@@ -35,6 +36,7 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
+        self.personal = PersonalAvatars(settings.avatar_store, lambda: self.engine.avatars)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         metrics.sessions_active.set_function(lambda: len(self.sessions))
@@ -72,18 +74,25 @@ class SessionManager:
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(presets)}",
             )
         photo = await self.images.decode(options)
+        personal = None
+        if photo is None and options.avatar is not None and options.avatar not in self.engine.avatars:
+            personal = photo = await self.personal.load(options.avatar)  # the person's photo and own mouth
+            if photo is not None and not self.engine.info.accepts_images:
+                raise ApiError(400, "bad_avatar", f"the {self.engine.info.config} engine draws bundled avatars only")
         if options.avatar is None and photo is None:
             options = options.model_copy(update={"avatar": self.settings.default_avatar or self.engine.default_avatar})
         if photo is None and options.avatar not in self.engine.avatars:
             raise ApiError(
                 400,
                 "bad_avatar",
-                f"unknown avatar {options.avatar!r}; choose one of: {', '.join(self.engine.avatars)}",
+                f"unknown avatar {options.avatar!r}; choose one of: "
+                f"{', '.join(self.engine.avatars + self.personal.names())}",
             )
         sid = "s_" + secrets.token_hex(8)
         try:
             drawn = self.settings.drawn if options.drawn is None else options.drawn
-            link = await self.engine.open(preset, options.avatar, photo, options.seed, name=sid, drawn=drawn)
+            driver = None if personal is not None else options.avatar  # a personal avatar moves as the default
+            link = await self.engine.open(preset, driver, photo, options.seed, name=sid, drawn=drawn)
         except EngineError as exc:
             if exc.code in ("at_capacity", "engine_unavailable"):
                 self.metrics.sessions_rejected.labels(exc.code).inc()
@@ -133,5 +142,6 @@ class SessionManager:
         self.reaper.start()
 
     async def stop(self) -> None:
+        await self.personal.close()
         await self.reaper.stop()
         await self.close_all()
