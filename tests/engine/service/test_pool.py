@@ -204,8 +204,9 @@ async def test_the_in_process_engine_speaks_the_same_protocol(pool):
 
 async def test_a_stalled_worker_blocks_neither_the_loop_nor_other_sessions(pool):
     """A worker whose inbox stops being read (SIGSTOP: alive, reading nothing) while its session's
-    audio keeps coming: the event loop keeps ticking within 20 ms, the other worker's session keeps
-    getting its frames, and the stalled one is lost once its writer gives up (2 s)."""
+    audio keeps coming: the event loop keeps ticking within 20 ms (99% of ticks; every tick within
+    0.2 s), the other worker's session keeps getting its frames, and the stalled one is lost once
+    its writer gives up (2 s)."""
     p = await pool(workers=2)
     stalled = await p.open(SessionSpec(preset=Preset.QUALITY))
     other = await p.open(SessionSpec(preset=Preset.QUALITY, seed=1))
@@ -242,7 +243,11 @@ async def test_a_stalled_worker_blocks_neither_the_loop_nor_other_sessions(pool)
     finally:
         os.kill(stalled_link.pid, signal.SIGKILL)
     assert stalled.error.code == "engine_lost" and 2.0 <= lost_s < 5.0, lost_s
-    assert max(ticks) < 0.02, f"event loop lag {max(ticks) * 1000:.0f} ms"
+    # A blocking write held the loop for the whole 2 s deadline; a machine shared with other jobs
+    # can deschedule this process for a few tens of ms, which the 99th percentile leaves out.
+    lag = np.array(ticks)
+    p99 = np.percentile(lag, 99)
+    assert p99 < 0.02 and lag.max() < 0.2, f"event loop lag p99 {p99 * 1000:.0f} ms, max {lag.max() * 1000:.0f} ms"
     gaps = np.diff([t0, *arrivals])
     assert len(arrivals) >= 25 and gaps.max() < 0.5, (len(arrivals), gaps.max())
     await other.close()
