@@ -30,9 +30,11 @@ def write_wav(path: Path, rate: int = 48_000) -> None:
 
 
 @contextlib.asynccontextmanager
-async def chromium(folder: Path, deny_microphone: bool = False) -> AsyncIterator[tuple[object, object]]:
+async def chromium(folder: Path, deny_microphone: bool = False,
+                   camera: Path | None = None) -> AsyncIterator[tuple[object, object]]:
     """``(context, page)`` of a new browser with a fresh profile in ``folder``; its fake microphone
-    plays speech, or the permission prompt is refused with ``deny_microphone``."""
+    plays speech, or the permission prompt is refused with ``deny_microphone``; its fake camera
+    shows the ``camera`` Y4M file (looped), else Chromium's test pattern."""
     from playwright.async_api import async_playwright
 
     if deny_microphone:
@@ -41,6 +43,8 @@ async def chromium(folder: Path, deny_microphone: bool = False) -> AsyncIterator
         wav = folder / "mic.wav"
         write_wav(wav)
         args = [*FLAGS, f"--use-file-for-fake-audio-capture={wav}"]
+        if camera is not None:
+            args.append(f"--use-file-for-fake-video-capture={camera}")
     async with async_playwright() as pw:
         context = await pw.chromium.launch_persistent_context(
             str(folder / "profile"), executable_path=CHROMIUM, headless=True, args=args)

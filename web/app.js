@@ -1,6 +1,7 @@
 // Demo page: one avatar session = one RTCPeerConnection + one control websocket.
 // No build step; plain ES module. `window.avatarDemo` exposes state for debugging and tests.
 
+import { personalAvatars } from "./enrol.js";
 import { livePlots } from "./plots.js";
 
 const $ = (id) => document.getElementById(id);
@@ -85,7 +86,9 @@ async function loadInfo() {
   const fill = (select, values, chosen) => {
     select.replaceChildren(...values.map((v) => new Option(v, v, false, v === chosen)));
   };
-  fill($("avatar"), state.info.avatars, params.get("avatar") || state.info.avatars[0]);
+  const avatars = [...state.info.avatars, ...(state.info.personal_avatars || [])];
+  fill($("avatar"), avatars, params.get("avatar") || state.info.avatars[0]);
+  $("enrol").hidden = !state.info.reference_images || Boolean(state.attached);
   $("image-label").hidden = !state.info.reference_images;
   $("drawn-label").hidden = !state.info.reference_images;  // only a generating engine draws
   $("drawn").checked = params.has("drawn") ? params.get("drawn") !== "0" : Boolean(state.info.drawn);
@@ -463,6 +466,15 @@ function wire() {
 }
 
 wire();
+personalAvatars({
+  $, api, authHeaders, log, token: () => $("token").value || null,
+  ...(params.get("record_seconds") ? { recordSeconds: Number(params.get("record_seconds")) } : {}),
+  onReady: (name) => {
+    if (![...$("avatar").options].some((o) => o.value === name)) $("avatar").add(new Option(name, name));
+    $("avatar").value = name;
+    $("image").value = "";
+  },
+});
 loadInfo()
   .then(() => { if (params.get("autostart") === "1") start(); })
   .catch((err) => { setStatus("error"); showMessage(`Server unreachable: ${err.message}`, true); });

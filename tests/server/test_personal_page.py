@@ -1,0 +1,88 @@
+"""Personal avatars from the demo page in a real Chromium: a clip uploaded, and one recorded from
+the (fake) camera while the page shows the script, each enrolled and then animated."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from browser_helpers import CHROMIUM, chromium
+from personal_helpers import jaw_track, write_footage
+from server_helpers import make_settings, running_server, wait_until
+
+from engine.face.rig import FaceMotion, PhotoRig
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not shutil.which("chromium") and not os.path.exists(CHROMIUM),
+                       reason="Debian chromium is not installed (.ci/run installs it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def speaker():
+    from engine.eval.mouths import portraits
+    from engine.photo.avatar import photo_avatar
+
+    photo = photo_avatar(dict(portraits())["filippo_giunchedi"])
+    return PhotoRig.from_photo(photo.image, photo.face)
+
+
+def write_y4m(path, rig: PhotoRig, seconds: float, fps: int = 15, side: int = 384) -> None:
+    """The rig talking as a raw 4:2:0 Y4M (what Chromium's fake camera plays)."""
+    import cv2
+
+    jaw = jaw_track(seconds)[:: 25 // fps]
+    with open(path, "wb") as out:
+        out.write(f"YUV4MPEG2 W{side} H{side} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
+        for j in jaw:
+            rgb = cv2.resize(rig.render(FaceMotion(jaw_open=float(j), talking=1.0)), (side, side),
+                             interpolation=cv2.INTER_AREA)
+            out.write(b"FRAME\n" + cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420).tobytes())
+
+
+async def _talk_as(page, srv, name: str) -> None:
+    await page.wait_for_function("document.querySelector('#enrol-status').textContent.startsWith('ready')",
+                                 timeout=90_000)
+    assert await page.input_value("#avatar") == name
+    await page.click("#start")
+    await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
+    (session,) = srv.manager.sessions.values()
+    assert session.avatar == name and (session.height, session.width) == (512, 512)
+    assert await page.evaluate("window.avatarDemo.stats.frameWidth") == 512
+    await page.click("#stop")
+    assert await wait_until(lambda: not srv.manager.sessions, 10)
+
+
+async def test_a_clip_uploaded_from_the_page_becomes_the_avatar(tmp_path, speaker):
+    clip = tmp_path / "me.mp4"
+    write_footage(clip, speaker, jaw_track(11.0))
+    settings = make_settings(max_sessions=1, avatar_store=str(tmp_path / "store"))
+    async with running_server(settings) as srv, chromium(tmp_path) as (_, page):
+        await page.goto(f"{srv.url}/?mode=mirror")
+        await page.click("#enrol summary")
+        await page.fill("#enrol-name", "me")
+        await page.set_input_files("#enrol-file", str(clip))
+        await page.click("#enrol-upload")
+        await _talk_as(page, srv, "me")
+        assert "me" in srv.manager.personal.names()
+
+
+async def test_a_clip_recorded_from_the_camera_becomes_the_avatar(tmp_path, speaker):
+    camera = tmp_path / "camera.y4m"
+    write_y4m(camera, speaker, 6.0)
+    settings = make_settings(max_sessions=1, avatar_store=str(tmp_path / "store"))
+    async with running_server(settings) as srv, chromium(tmp_path, camera=camera) as (_, page):
+        await page.goto(f"{srv.url}/?mode=mirror&record_seconds=11")
+        await page.click("#enrol summary")
+        await page.fill("#enrol-name", "recorded")
+        await page.click("#enrol-record")
+        await page.wait_for_function("!document.querySelector('#enrol-script').hidden", timeout=10_000)
+        assert "quick brown fox" in await page.text_content("#enrol-script")
+        await _talk_as(page, srv, "recorded")
+        info = srv.manager.personal.store.info("recorded")
+        assert info["seconds"] >= 10 and info["entries"] >= 5, info
+        assert np.isfinite(info["coverage"])
