@@ -18,6 +18,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="length of the long identity-drift run (0: skip; default 60, or 10 with --image)")
     p.add_argument("--image", default=None, metavar="PATH",
                    help="score a photo avatar of this image instead (lip sync, upper-face SSIM, seams, fps)")
+    p.add_argument("--avatar", default=None, metavar="NAME",
+                   help="score a personal avatar (avatar enroll) like a photo: its own mouth from its footage")
     p.add_argument("--clips", type=int, default=4, help="held-out clips for lip sync, seams, PSNR/SSIM")
     p.add_argument("--json", default=None, help="write the full result as JSON")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
@@ -50,11 +52,11 @@ def _pipeline(args: argparse.Namespace):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.minutes is None:
-        args.minutes = 10.0 if args.image else 60.0
+        args.minutes = 10.0 if args.image or args.avatar else 60.0
     if args.clips < 1 or args.minutes < 0:
         print("avatar eval: error: --clips must be >= 1 and --minutes >= 0", file=sys.stderr)
         return 2
-    if args.image:
+    if args.image or args.avatar:
         return cmd_eval_photo(args)
     from engine.eval.run import evaluate, format_table, update_card
 
@@ -84,22 +86,26 @@ def _report(args: argparse.Namespace, pipe, result: dict, table: str, update, co
 
 
 def cmd_eval_photo(args: argparse.Namespace) -> int:
-    """``avatar eval --image``: the photo avatar of ``args.image`` on the ``fast`` preset."""
+    """``avatar eval --image`` / ``--avatar``: the photo avatar of ``args.image``, or the personal
+    avatar ``args.avatar`` from the store, on the ``fast`` preset."""
     from engine.eval.photo import PhotoEvalError, evaluate_photo, format_photo_table, load_photo, update_photo_card
+    from engine.personal.store import AvatarStore, StoreError
 
     try:
-        photo = load_photo(args.image)
-    except PhotoEvalError as exc:
+        photo = AvatarStore().load(args.avatar) if args.avatar else load_photo(args.image)
+    except (PhotoEvalError, StoreError) as exc:
         print(f"avatar eval: error: {exc.reason}", file=sys.stderr)
         return 2
+    subject = args.avatar or Path(args.image).name
     pipe = _pipeline(args).preset("fast")
     try:
         result = evaluate_photo(pipe, photo, clips=args.clips, minutes=args.minutes, seed=args.seed,
-                                progress=not args.quiet, image=Path(args.image).name)
+                                progress=not args.quiet, image=subject)
     except PhotoEvalError as exc:
         print(f"avatar eval: error: {exc.reason}", file=sys.stderr)
         return 2
-    command = (f"avatar eval --image {Path(args.image).name} --config {args.config} --clips {args.clips} "
+    source = f"--avatar {args.avatar}" if args.avatar else f"--image {subject}"
+    command = (f"avatar eval {source} --config {args.config} --clips {args.clips} "
                f"--minutes {args.minutes:g} --seed {args.seed} --threads {args.threads} --device {args.device}"
                + (f" --steps {args.steps}" if args.steps else ""))
     return _report(args, pipe, result, format_photo_table(result), update_photo_card, command)

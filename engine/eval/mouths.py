@@ -129,7 +129,7 @@ def mouth_checks(photo: PhotoAvatar, seed: int = 0) -> MouthChecks:
     """The checks above for one photo avatar (about a hundred frames rendered and read)."""
     from engine.eval.photo import MeshReader
 
-    rig = PhotoRig.from_photo(photo.image, photo.face)
+    rig = PhotoRig.from_photo(photo.image, photo.face, photo.mouths)
     read = MeshReader(photo.face.box)
     shape = photo.image.shape[:2]
 
@@ -215,7 +215,7 @@ def sheet(path: Path, photos: list[tuple[str, PhotoAvatar]], width: int = 256) -
     """The contact sheet: a row per photo (its name on a strip above), a column per ``COLUMNS`` mouth."""
     rows = [np.concatenate([_label(name, width) for name, _ in COLUMNS], axis=1)]
     for name, photo in photos:
-        rig = PhotoRig.from_photo(photo.image, photo.face)
+        rig = PhotoRig.from_photo(photo.image, photo.face, photo.mouths)
         tiles = [_tile(rig.render(motion), photo, width) for _, motion in COLUMNS]
         rows.append(_label(name, width * len(COLUMNS), 26))
         rows.append(np.concatenate(tiles, axis=1))
