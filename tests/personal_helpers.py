@@ -42,8 +42,9 @@ def jaw_track(seconds: float, top: float = 1.0, seed: int = 0) -> np.ndarray:
 
 
 def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640, faces: int = 1,
-                  brightness: float = 1.0) -> np.ndarray:
-    """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4); -> the (n,) openings written."""
+                  brightness: float = 1.0, marked: bool = True) -> np.ndarray:
+    """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4; open mouths marked unless not
+    ``marked``); -> the (n,) openings written."""
     s = rig.size
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx264", rate=FPS)
@@ -55,7 +56,7 @@ def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640,
                                 blink=1.0 if k % 90 in (40, 41) else 0.0, yaw=0.04 * np.sin(0.5 * k / FPS),
                                 talking=1.0)
             frame = rig.render(motion)
-            if j > 0.15:
+            if marked and j > 0.15:
                 x, y = np.round(mouth_centre(rig.moved_landmarks(motion))).astype(int)
                 frame[y - MARK : y + MARK, x - MARK : x + MARK] = (0, int(round(255 * j)), 255)
             big = np.full((canvas, canvas, 3), 90, np.uint8)

@@ -4,7 +4,8 @@
 (scikit-image's astronaut and the portraits in ``engine/eval/portraits``, sources and
 licences in its ``SOURCES.md``) and one column per mouth: at rest, half open, wide open,
 rounded ("oo") and a closed-lips consonant ("p", "b", "m"), the open ones while talking.
-It prints the checks below per portrait.
+It prints the checks below per portrait. ``--avatars NAME,...`` does the same for personal
+avatars from the store, their own mouths in place.
 
 ``mouth_checks`` renders a photo's rig and reads the frames back with the face mesh:
 
@@ -241,8 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sheet", default=None, metavar="PNG", help="write the contact sheet here")
     parser.add_argument("--no-checks", action="store_true", help="only draw the sheet")
     parser.add_argument("--json", default=None, help="write the checks as JSON")
+    parser.add_argument("--avatars", default=None, metavar="NAMES",
+                        help="personal avatars (avatar enroll) instead of the portraits, comma-separated")
     args = parser.parse_args(argv)
-    photos = [(name, photo_avatar(image)) for name, image in portraits()]
+    if args.avatars:
+        from engine.personal.store import AvatarStore
+
+        store = AvatarStore()
+        photos = [(name, store.load(name)) for name in args.avatars.split(",")]
+    else:
+        photos = [(name, photo_avatar(image)) for name, image in portraits()]
     if args.sheet:
         sheet(Path(args.sheet), photos)
         print(f"wrote {args.sheet}")

@@ -95,6 +95,14 @@ def bank_from_entries(patches: list[np.ndarray], lips: list[np.ndarray], opening
         coverage=float(np.mean(served)) if len(grid) else 0.0)
 
 
+def _fit_affine(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The 2x3 affine taking (n, 2) ``src`` points nearest to ``dst`` (least squares over all of them:
+    every lip point counts, none is an outlier)."""
+    a = np.concatenate([src, np.ones((len(src), 1))], axis=1).astype(np.float64)
+    m, *_ = np.linalg.lstsq(a, dst.astype(np.float64), rcond=None)
+    return m.T
+
+
 class FootageMouth:
     """A rig's mouth interior from a ``MouthBank``, the drawn one (``fallback``) where it has none."""
 
@@ -106,8 +114,10 @@ class FootageMouth:
 
     def paint(self, out: np.ndarray, landmarks: np.ndarray, skull: np.ndarray, jaw: np.ndarray,
               strength: float, meeting: float = 0.0) -> None:
-        value = opening(landmarks, self.bank.rest_width)
-        chosen = self.bank.nearest(value, width_bin(width_ratio(landmarks, self.bank.rest_width)))
+        # Read the opening as the footage was read: in the rest frame, the head's turn taken out.
+        still = cv2.transform(landmarks[None, :, :2].astype(np.float64), cv2.invertAffineTransform(skull))[0]
+        value = opening(still, self.bank.rest_width)
+        chosen = self.bank.nearest(value, width_bin(width_ratio(still, self.bank.rest_width)))
         if not chosen or meeting > 0:
             self.fallback.paint(out, landmarks, skull, jaw, strength, meeting)
             return
@@ -117,10 +127,7 @@ class FootageMouth:
             return
         col = np.zeros((box.y1 - box.y0, box.x1 - box.x0, 3), np.float32)
         for entry, weight in chosen:
-            m, _ = cv2.estimateAffine2D(self.bank.lips[entry], target - [box.x0, box.y0])
-            if m is None:
-                self.fallback.paint(out, landmarks, skull, jaw, strength, meeting)
-                return
+            m = _fit_affine(self.bank.lips[entry], target - [box.x0, box.y0])
             col += weight * cv2.warpAffine(self.bank.patches[entry], m, box.size, flags=cv2.INTER_LINEAR,
                                            borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
         box.blend(out, col, strength)

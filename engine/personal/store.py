@@ -102,7 +102,7 @@ class AvatarStore:
         folder = self._folder(name)
         if name not in self:
             raise StoreError(f"no avatar named {name!r}", 404)
-        image = np.asarray(Image.open(folder / "rest.png").convert("RGB"))
+        image = np.array(Image.open(folder / "rest.png").convert("RGB"))
         with np.load(folder / "avatar.npz") as z:
             bank = MouthBank(patches=z["patches"], lips=z["lips"], openings=z["openings"], widths=z["widths"],
                              rest_width=float(z["rest_width"]), coverage=float(z["coverage"]))
