@@ -48,6 +48,8 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("--auth-token", "auth_token", {"help": "bearer token required to create sessions"}),
     ("--record-dir", "record_dir", {"help": "folder for sessions created with record=true"}),
+    ("--avatar-store", "avatar_store", {"help": "folder of the personal avatars (default: AVATAR_STORE, else "
+                                                "~/.local/share/avatar/avatars)"}),
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
     ("--quality", "default_quality", {"choices": list(Preset), "help": f"default preset (default {DEFAULT_PRESET})"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
