@@ -4,7 +4,8 @@ Open a session (avatar or image, seed, preset), push its audio by sample index, 
 published frames in order, silence queued audio on an interrupt, close it, read stats. The
 implementations differ only in where the worker loop runs: ``WorkerPool`` over subprocess
 workers (the default: one per device, crash-isolated, supervised) or over one in-process
-worker thread (``--engine inprocess``, for tests and debugging).
+worker thread (``--engine inprocess``, for tests and debugging), whose messages are handed
+over as they are, with no pipe and no pickling (``engine.service.launch``).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class EngineStream:
 
     def push_audio(self, start: int, samples: np.ndarray) -> None:
         if not self.closed and self.error is None:
-            self._send(PushAudio(self.id, start, np.ascontiguousarray(samples, dtype=np.float32)))
+            self._send(PushAudio(self.id, start, np.array(samples, dtype=np.float32)))  # the engine's own copy
 
     def silence_from(self, sample: int) -> None:
         if not self.closed and self.error is None:

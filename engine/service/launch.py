@@ -1,21 +1,40 @@
-"""Where a worker loop runs: a subprocess of its own (crash-isolated) or a thread here."""
+"""Where a worker loop runs, and how the web process talks with it: a subprocess of its own
+(crash-isolated; a pipe, pickled messages, a writer thread) or a thread here (no isolation;
+messages handed over as they are, nothing pickled).
+
+Either handle is connected once, on the event loop: the worker's messages reach
+``on_message`` on that loop, ``on_lost`` is called once the worker or its connection is gone,
+and the returned callable sends the worker a message without ever waiting.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from engine.service.outbox import Outbox
 from engine.service.worker import WorkerOptions, process_main, serve
+
+Send = Callable[[object], None]
 
 
 class WorkerHandle(Protocol):
-    conn: object  # the web side of the worker's duplex connection
     pid: int | None
-    sentinel: int | None  # a file descriptor readable once the worker has ended
+    sentinel: int | None  # a file descriptor readable once the worker has ended (None: a thread)
+
+    def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send: ...
+
+    def receive(self) -> None:
+        """Hand ``on_message`` what the worker said and the loop has not taken yet."""
+
+    def disconnect(self) -> None: ...
 
     def alive(self) -> bool: ...
 
@@ -33,6 +52,32 @@ class ProcessHandle:
         child.close()
         self.pid = self.process.pid
         self.sentinel = self.process.sentinel
+        self._connected = False
+
+    def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send:
+        self._loop = loop = asyncio.get_running_loop()
+        self._on_message, self._on_lost = on_message, on_lost
+        self._outbox = Outbox(self.conn, lambda reason: loop.call_soon_threadsafe(on_lost, reason), name)
+        self._connected = True
+        loop.add_reader(self.conn.fileno(), self.receive)
+        loop.add_reader(self.sentinel, on_lost, "the engine worker process exited")
+        return self._outbox.put
+
+    def receive(self) -> None:
+        try:
+            while self._connected and self.conn.poll():
+                self._on_message(self.conn.recv())
+        except (EOFError, OSError):
+            self._on_lost("the engine worker closed its connection")
+
+    def disconnect(self) -> None:
+        if not self._connected:
+            return
+        self._connected = False
+        self._outbox.close()
+        for fd in (self.conn.fileno(), self.sentinel):
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(fd)
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -45,34 +90,81 @@ class ProcessHandle:
         self.process.join(timeout)
 
 
+class LocalConnection:
+    """An in-process worker's connection: the worker thread's ``recv`` and ``send``, the web side's ``put``."""
+
+    _CLOSED = object()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_message: Callable[[object], None]) -> None:
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._loop = loop
+        self._on_message = on_message
+
+    def put(self, msg: object) -> None:
+        """From the web side: straight into the worker's inbox."""
+        self._inbox.put(msg)
+
+    def recv(self) -> object:
+        msg = self._inbox.get()
+        if msg is self._CLOSED:
+            raise EOFError
+        return msg
+
+    def send(self, msg: object) -> None:
+        """From the worker: onto the event loop (dropped once the loop has ended)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_message, msg)
+
+    def close(self) -> None:
+        """The worker reads end-of-file next, and its loop stops."""
+        self._inbox.put(self._CLOSED)
+
+
 class ThreadHandle:
-    """In-process worker: no isolation (a crash here is the web process's), same protocol.
-    ``load`` may build its core from an engine already loaded in this process."""
+    """In-process worker: the same worker loop on a thread of this process, with no isolation (a
+    crash here is the web process's). ``load`` may build its core from an engine already loaded
+    in this process."""
 
     def __init__(self, options: WorkerOptions, load: Callable | None = None) -> None:
-        self.conn, child = multiprocessing.Pipe(duplex=True)
-        self.thread = threading.Thread(target=self._run, args=(child, options, load), name="avatar-engine",
-                                       daemon=True)
-        self.thread.start()
+        self._options = options
+        self._load = load
+        self._thread: threading.Thread | None = None
+        self._conn: LocalConnection | None = None
         self.pid = os.getpid()
         self.sentinel = None
 
-    @staticmethod
-    def _run(child, options: WorkerOptions, load: Callable | None) -> None:
+    def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send:
+        loop = asyncio.get_running_loop()
+        self._conn = conn = LocalConnection(loop, on_message)
+        self._thread = threading.Thread(target=self._run, args=(conn, loop, on_lost), name="avatar-engine",
+                                        daemon=True)
+        self._thread.start()
+        return conn.put
+
+    def _run(self, conn: LocalConnection, loop: asyncio.AbstractEventLoop, on_lost: Callable[[str], None]) -> None:
         try:
-            serve(child, options, load)
+            serve(conn, self._options, self._load)
         finally:
-            child.close()
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(on_lost, "the engine worker thread ended")
+
+    def receive(self) -> None:
+        """Nothing waits: each message was put on the loop as it was sent."""
+
+    def disconnect(self) -> None:
+        self.kill()
 
     def alive(self) -> bool:
-        return self.thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def kill(self) -> None:
-        """A thread cannot be killed: closing its connection makes the loop stop at the next command."""
-        self.conn.close()
+        """A thread cannot be killed: its connection closes, and its loop stops at the next command."""
+        if self._conn is not None:
+            self._conn.close()
 
     def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
 
 
 def launcher(kind: str, load: Callable | None = None) -> Callable[[WorkerOptions], WorkerHandle]:

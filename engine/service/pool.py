@@ -38,7 +38,6 @@ from engine.service.messages import (
     WorkerReady,
     WorkerStats,
 )
-from engine.service.outbox import Outbox
 from engine.service.slots import FrameSlots
 from engine.service.worker import WorkerOptions
 
@@ -59,7 +58,7 @@ class WorkerLink:
         self._make = make
         self._on_ended = on_ended
         self.handle: WorkerHandle | None = None
-        self._outbox: Outbox | None = None
+        self._send: Callable[[object], None] | None = None
         self.state = "starting"
         self.served = False  # it reported ready once
         self.info: EngineInfo | None = None
@@ -71,18 +70,12 @@ class WorkerLink:
         self.last_heard = time.monotonic()
         self.progress_at = time.monotonic()  # when the batch count last moved (or nothing was due)
         self._opening: dict[str, asyncio.Future[SessionOpened]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.opened_at = -math.inf  # when the newest session opened (see WorkerOptions.settle_s)
 
     def start(self) -> None:
-        self._loop = loop = asyncio.get_running_loop()
         self.handle = handle = self._make(self.options)
         self.pid = handle.pid
-        self._outbox = Outbox(handle.conn, lambda reason: loop.call_soon_threadsafe(self._ended, reason),
-                              name=f"worker-outbox-{self.index}")
-        loop.add_reader(handle.conn.fileno(), self._readable)
-        if handle.sentinel is not None:
-            loop.add_reader(handle.sentinel, self._ended, "the engine worker process exited")
+        self._send = handle.connect(self._dispatch, self._ended, name=f"worker-outbox-{self.index}")
 
     @property
     def alive(self) -> bool:
@@ -112,20 +105,14 @@ class WorkerLink:
     # ---- connection ----------------------------------------------------------------------
 
     def send(self, msg: object) -> None:
-        """Queued for the worker's writer thread: the event loop never waits on a worker."""
-        if self.state in ("lost", "failed", "stopped") or self._outbox is None:
+        """Handed to the worker's connection at once: the event loop never waits on a worker."""
+        if self.state in ("lost", "failed", "stopped") or self._send is None:
             return
-        self._outbox.put(msg)
-
-    def _readable(self) -> None:
-        conn = self.handle.conn
-        try:
-            while self.state not in ("lost", "failed", "stopped") and conn.poll():
-                self._dispatch(conn.recv())
-        except (EOFError, OSError):
-            self._ended("the engine worker closed its connection")
+        self._send(msg)
 
     def _dispatch(self, msg: object) -> None:
+        if self.state in ("lost", "failed", "stopped"):  # an in-process worker's last words, put on the loop late
+            return
         self.last_heard = time.monotonic()
         match msg:
             case FramesReady(session, frames):
@@ -166,15 +153,8 @@ class WorkerLink:
             return
         was_ready = self.state == "ready"
         self.state = state if self.state != "stopping" else "stopped"
-        loop, handle = self._loop, self.handle
-        if self._outbox is not None:
-            self._outbox.close()
-        if loop is not None and handle is not None:
-            with contextlib.suppress(Exception):
-                loop.remove_reader(handle.conn.fileno())
-            if handle.sentinel is not None:
-                with contextlib.suppress(Exception):
-                    loop.remove_reader(handle.sentinel)
+        if self.handle is not None:
+            self.handle.disconnect()
         self.error = self.error or reason
         error = EngineError("engine_lost", "the engine worker serving this session stopped")
         for stream in list(self.streams.values()):
@@ -360,7 +340,7 @@ class WorkerPool(EngineClient):
             for link in list(self.links):
                 if not link.alive:
                     continue
-                link._readable()  # what the worker said while this loop was busy counts first
+                link.handle.receive()  # what the worker said while this loop was busy counts first
                 if not link.alive:
                     continue
                 now = time.monotonic()

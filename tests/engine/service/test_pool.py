@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -191,14 +192,20 @@ async def test_a_worker_that_cannot_start_leaves_the_pool_degraded(pool):
 
 
 async def test_the_in_process_engine_speaks_the_same_protocol(pool):
+    """The in-process worker gets the messages themselves (no pipe, no pickling, no writer
+    thread), and still its own copy of the audio: the caller's buffer may change after a push."""
     p = await pool(kind="inprocess")
     stream = await p.open(SessionSpec(seed=5, preset=Preset.QUALITY))
     assert p.workers()[0].pid == os.getpid()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("worker-outbox")]
     pcm = await feed(stream, 1.5)
+    pushed = pcm.copy()
+    pcm[:] = 0  # the blocks pushed were views of this buffer
     got = await frames(stream, 20)
     spf = stream.info.samples_per_frame
     assert [f.index for f in got] == list(range(20))
-    np.testing.assert_array_equal(got[7].audio, pcm[7 * spf:8 * spf])
+    np.testing.assert_array_equal(got[7].audio, pushed[7 * spf:8 * spf])
+    assert np.abs(got[19].audio).max() > 0
     await stream.close()
 
 
