@@ -41,6 +41,28 @@ def jaw_track(seconds: float, top: float = 1.0, seed: int = 0) -> np.ndarray:
     return np.clip(track * top, 0, top)
 
 
+_RENDERED: dict[tuple[int, bytes, bool], list[np.ndarray]] = {}
+
+
+def talking_frames(rig: PhotoRig, jaw: np.ndarray, marked: bool = True) -> list[np.ndarray]:
+    """The rig's frames speaking ``jaw`` (open mouths marked unless not ``marked``), rendered once
+    per rig, track and marking: several footage variants of one track share them."""
+    key = (id(rig), jaw.tobytes(), marked)
+    if key not in _RENDERED:
+        frames = []
+        for k, j in enumerate(jaw):
+            motion = FaceMotion(jaw_open=float(j), mouth_width=float(0.6 * np.sin(0.9 * k / FPS)),
+                                blink=1.0 if k % 90 in (40, 41) else 0.0, yaw=0.04 * np.sin(0.5 * k / FPS),
+                                talking=1.0)
+            frame = rig.render(motion)
+            if marked and j > 0.15:
+                x, y = np.round(mouth_centre(rig.moved_landmarks(motion))).astype(int)
+                frame[y - MARK : y + MARK, x - MARK : x + MARK] = (0, int(round(255 * j)), 255)
+            frames.append(frame)
+        _RENDERED[key] = frames
+    return _RENDERED[key]
+
+
 def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640, faces: int = 1,
                   brightness: float = 1.0, marked: bool = True) -> np.ndarray:
     """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4; open mouths marked unless not
@@ -51,14 +73,7 @@ def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640,
         stream.width = stream.height = canvas
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "12", "preset": "ultrafast"}
-        for k, j in enumerate(jaw):
-            motion = FaceMotion(jaw_open=float(j), mouth_width=float(0.6 * np.sin(0.9 * k / FPS)),
-                                blink=1.0 if k % 90 in (40, 41) else 0.0, yaw=0.04 * np.sin(0.5 * k / FPS),
-                                talking=1.0)
-            frame = rig.render(motion)
-            if marked and j > 0.15:
-                x, y = np.round(mouth_centre(rig.moved_landmarks(motion))).astype(int)
-                frame[y - MARK : y + MARK, x - MARK : x + MARK] = (0, int(round(255 * j)), 255)
+        for frame in talking_frames(rig, jaw, marked):
             big = np.full((canvas, canvas, 3), 90, np.uint8)
             o = (canvas - s) // 2
             big[o : o + s, o : o + s] = frame

@@ -95,11 +95,11 @@ def test_unusable_footage_is_refused_in_one_line(kind, reason, speaker, tmp_path
     elif kind == "short":
         write_footage(path, speaker, jaw_track(4.0))
     elif kind == "dark":
-        write_footage(path, speaker, jaw_track(11.0), brightness=0.12)
+        write_footage(path, speaker, jaw_track(10.5), brightness=0.12)
     elif kind == "two":
-        write_footage(path, speaker, jaw_track(11.0), faces=2)
+        write_footage(path, speaker, jaw_track(10.5), faces=2)
     else:
-        write_footage(path, speaker, jaw_track(11.0), brightness=0.0)
+        write_footage(path, speaker, jaw_track(10.5), brightness=0.0)
     with pytest.raises(EnrollError) as err:
         enroll(path)
     assert reason in err.value.reason and "\n" not in err.value.reason
