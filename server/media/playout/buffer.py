@@ -32,6 +32,7 @@ from server.base.engine_link import PublishedFrame
 from server.media.clock import Clock, MonotonicClock
 from server.media.playout.av_offset import AvOffsetMeter
 from server.media.playout.config import EPS, PlayoutConfig
+from server.media.playout.cursors import Arrivals, AudioCursor, PlayoutCounts, VideoCursor
 from server.media.playout.delay import DelayController
 from server.media.playout.epochs import EpochTimeline
 from server.media.playout.frame_queue import FrameQueue, Held
@@ -54,35 +55,16 @@ class PlayoutBuffer:
     def __init__(self, config: PlayoutConfig | None = None, clock: Clock | None = None) -> None:
         self.config = cfg = config or PlayoutConfig()
         self._clock: Clock = clock or MonotonicClock()
-        self._frame_period = cfg.frame_period
-        self._packet_period = cfg.packet_period
-        self._packet_samples = cfg.packet_samples
-        self._frames_per_q = int(cfg.quantum / self._frame_period)
-        self._packets_per_q = int(cfg.quantum / self._packet_period)
-        self._video_tol = cfg.video_tolerance
-        self._audio_tol = cfg.audio_late_tolerance_s
         self._delay = DelayController(cfg)
         self._epochs = EpochTimeline(cfg)
         self._frames = FrameQueue(cfg.fps, cfg.sample_rate)
-        self._av = AvOffsetMeter(cfg.fps, self._audio_tol)
-
+        self._av = AvOffsetMeter(cfg.fps, cfg.audio_late_tolerance_s)
         self._t0: float | None = None
-        self._top = -1  # highest engine frame index received
-        self._blank: np.ndarray | None = None
-        self._late_run = 0  # late arrivals in a row
-
-        self._v_next: int | None = None
-        self._v_wm = -1  # last playout slot the video track has passed
-        self._v_media = 0  # engine index of the last media slot video passed (shown by holds)
-        self._last_frame: PublishedFrame | None = None
-        self._a_next: int | None = None
-        self._a_wm = -1  # last playout packet the audio track has passed
-        self._audio_started = False
+        self._arrivals = Arrivals()
+        self._video = VideoCursor()
+        self._audio = AudioCursor()
         self._released_w: Fraction = Fraction(-1)  # latest output instant either track released
-
-        self._frames_in = self._shown = self._repeats = self._drops = self._skips = self._holds = 0
-        self._packets = self._silent = 0
-        self._audio_skipped = self._video_skipped = self._resyncs = 0
+        self._counts = PlayoutCounts()
 
         self._closed = False
         self._closed_fut: asyncio.Future[None] | None = None
@@ -122,22 +104,22 @@ class PlayoutBuffer:
         if slot in self._frames:
             raise ValueError(f"frame {frame.index} is already buffered")
         self._evict()
-        newest = frame.index > self._top
+        newest = frame.index > self._arrivals.top
         if self._is_late(frame, slot, now_rel):
-            self._late_run += 1
+            self._arrivals.late_run += 1
             if not (newest and self._should_resync(slot, now_rel)):
-                self._top = max(self._top, frame.index)
-                self._frames_in += 1
+                self._arrivals.top = max(self._arrivals.top, frame.index)
+                self._counts.frames_in += 1
                 self._drop(now_rel)
                 return True
             self._resync(frame, now_rel)
             slot = self._epochs.slot_of(frame)
         else:
-            self._late_run = 0
+            self._arrivals.late_run = 0
         if len(self._frames) >= cfg.capacity_frames:
             return False
-        self._top = max(self._top, frame.index)
-        self._frames_in += 1
+        self._arrivals.top = max(self._arrivals.top, frame.index)
+        self._counts.frames_in += 1
         self._frames.add(slot, frame, self._epochs.sample_of(frame))
         self._delay.arrived(slot, now_rel)
         return True
@@ -147,17 +129,17 @@ class PlayoutBuffer:
     async def next_video(self) -> VideoOut:
         """Sleep until the next video slot's deadline and return what to show in it."""
         t0 = await self._wait_started()
-        period = self._frame_period
-        slot = self._v_next
+        period = self.config.frame_period
+        slot = self._video.next
         if slot is None:
-            slot = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self._frames_per_q
+            slot = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self.config.frames_per_quantum
         await self._sleep_until(t0 + float(slot * period))
-        lagged = self._clock.now() - self._due(slot * period) > self._video_tol + EPS
+        lagged = self._clock.now() - self._due(slot * period) > self.config.video_tolerance + EPS
         if lagged:
             ahead = max(slot, self._slot_now(period))
-            self._video_skipped += ahead - slot
+            self._counts.video_skipped += ahead - slot
             slot = ahead
-        self._v_next = slot + 1
+        self._video.next = slot + 1
         out = self._video_slot(slot, lagged)
         shown = None if out.inserted or out.frame_index is None else out.frame_index / self.config.fps
         self._av.video_released(out.slot, shown, self._clock.now())
@@ -166,18 +148,18 @@ class PlayoutBuffer:
 
     async def next_audio(self) -> AudioOut:
         """Sleep until the next audio packet's deadline and return its PCM."""
-        self._audio_started = True
+        self._audio.started = True
         t0 = await self._wait_started()
-        period = self._packet_period
-        index = self._a_next
+        period = self.config.packet_period
+        index = self._audio.next
         if index is None:  # with a preview, silence until the first frame's own packets
-            index = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self._packets_per_q
+            index = 0 if self.config.preview else self._delay.delay_q(Fraction(0)) * self.config.packets_per_quantum
         await self._sleep_until(t0 + float(index * period))
-        if self._clock.now() - self._due(index * period) > self._audio_tol + EPS:
+        if self._clock.now() - self._due(index * period) > self.config.audio_late_tolerance_s + EPS:
             ahead = max(index, self._slot_now(period))
-            self._audio_skipped += ahead - index
+            self._counts.audio_skipped += ahead - index
             index = ahead
-        self._a_next = index + 1
+        self._audio.next = index + 1
         out = self._audio_packet(index)
         self._evict()
         return out
@@ -208,77 +190,78 @@ class PlayoutBuffer:
         if self._t0 is None:
             return None
         now_rel = self._clock.now() - self._t0
-        offset = (self._epochs.current.shift - self._epochs.n0) * self._frame_period
+        offset = (self._epochs.current.shift - self._epochs.n0) * self.config.frame_period
         return self._t0 + self._delay.delay_s(now_rel) + float(offset)
 
     def stats(self) -> PlayoutStats:
-        misses = self._repeats + self._drops
+        c = self._counts
+        misses = c.repeats + c.drops
         now_rel = 0.0 if self._t0 is None else self._clock.now() - self._t0
         return PlayoutStats(
-            frames_in=self._frames_in,
-            frames_shown=self._shown,
-            repeats=self._repeats,
-            drops=self._drops,
-            skips=self._skips,
-            holds=self._holds,
+            frames_in=c.frames_in,
+            frames_shown=c.shown,
+            repeats=c.repeats,
+            drops=c.drops,
+            skips=c.skips,
+            holds=c.holds,
             deadline_misses=misses,
-            miss_ratio=misses / max(1, self._shown + misses),
+            miss_ratio=misses / max(1, c.shown + misses),
             delay=self._delay.delay_s(now_rel),
             target_delay=self._delay.target,
             depth=len(self._frames),
-            audio_packets=self._packets,
-            silent_packets=self._silent,
+            audio_packets=c.packets,
+            silent_packets=c.silent,
             av_offset=self._av.offset,
-            audio_skipped=self._audio_skipped,
-            video_skipped=self._video_skipped,
-            resyncs=self._resyncs,
+            audio_skipped=c.audio_skipped,
+            video_skipped=c.video_skipped,
+            resyncs=c.resyncs,
         )
 
     # ---------------------------------------------------------------- slots
 
     def _video_slot(self, slot: int, lagged: bool) -> VideoOut:
-        w = slot * self._frame_period
+        w = slot * self.config.frame_period
         self._released_w = max(self._released_w, w)
-        media = slot - self._delay.delay_q(w) * self._frames_per_q
+        media = slot - self._delay.delay_q(w) * self.config.frames_per_quantum
         due = self._due(w)
-        if media < 0 and self._v_wm < 0:  # a preview slot: the first frame, before its own slot
+        if media < 0 and self._video.passed < 0:  # a preview slot: the first frame, before its own slot
             first = self._frames.get(0)
             if first is not None:
                 return self._video_out(slot, due, repeated=True, inserted=True, frame=first.frame)
-        if media <= self._v_wm:
-            self._holds += 1
+        if media <= self._video.passed:
+            self._counts.holds += 1
             return self._video_out(slot, due, repeated=True, inserted=True)
-        passed = self._frames.discard_between(self._v_wm, media)
+        passed = self._frames.discard_between(self._video.passed, media)
         if lagged:
             for _ in range(passed):
                 self._drop(float(w))
         else:
-            self._skips += passed
-        self._v_wm = media
+            self._counts.skips += passed
+        self._video.passed = media
         epoch = self._epochs.at_slot(media)
         if epoch is None:  # the hold a resync inserted
-            self._holds += 1
+            self._counts.holds += 1
             return self._video_out(slot, due, repeated=True, inserted=True)
-        self._v_media = self._epochs.n0 + media - epoch.shift
+        self._video.media = self._epochs.n0 + media - epoch.shift
         held = self._frames.get(media)
         if held is None:
-            self._repeats += 1
+            self._counts.repeats += 1
             self._delay.underrun(w, self._released_w)
             return self._video_out(slot, due, repeated=True, inserted=False)
-        self._shown += 1
-        self._last_frame = held.frame
+        self._counts.shown += 1
+        self._video.last_frame = held.frame
         self._delay.shown(w, self._released_w)
         return self._video_out(slot, due, repeated=False, inserted=False)
 
     def _video_out(self, slot: int, due: float, repeated: bool, inserted: bool,
                    frame: PublishedFrame | None = None) -> VideoOut:
-        last = self._last_frame if frame is None else frame
-        assert self._blank is not None
+        last = self._video.last_frame if frame is None else frame
+        assert self._video.blank is not None
         return VideoOut(
             slot=slot,
-            media_slot=self._v_media,
-            pts=Fraction(self._v_media, self.config.fps),
-            rgb=self._blank if last is None else last.rgb,
+            media_slot=self._video.media,
+            pts=Fraction(self._video.media, self.config.fps),
+            rgb=self._video.blank if last is None else last.rgb,
             frame_index=None if last is None else last.index,
             repeated=repeated,
             inserted=inserted,
@@ -286,28 +269,29 @@ class PlayoutBuffer:
         )
 
     def _audio_packet(self, index: int) -> AudioOut:
-        w = index * self._packet_period
+        w = index * self.config.packet_period
         self._released_w = max(self._released_w, w)
-        packet = index - self._delay.delay_q(w) * self._packets_per_q
-        n = self._packet_samples
-        self._packets += 1
-        if packet <= self._a_wm:
-            self._silent += 1
+        packet = index - self._delay.delay_q(w) * self.config.packets_per_quantum
+        n = self.config.packet_samples
+        self._counts.packets += 1
+        if packet <= self._audio.passed:
+            self._counts.silent += 1
             return self._audio_out(index, w, None, None, np.zeros(n, np.int16))
-        self._a_wm = packet
+        self._audio.passed = packet
         start = packet * n
         epoch = self._epochs.at_samples(start, start + n)
         if epoch is None:  # inside the hold a resync inserted
-            self._silent += 1
+            self._counts.silent += 1
             return self._audio_out(index, w, None, None, np.zeros(n, np.int16))
         media_sample = self._epochs.s0 + start - epoch.shift_samples
         pcm, heard = self._frames.gather(start, n)
         if not heard:
-            self._silent += 1
+            self._counts.silent += 1
         out = self._audio_out(index, w, packet - epoch.shift_samples // n, media_sample, pcm)
         if heard:
             media = media_sample / self.config.sample_rate
-            self._av.audio_released(math.floor(w / self._frame_period), media, self._clock.now(), self._v_next)
+            slot = math.floor(w / self.config.frame_period)
+            self._av.audio_released(slot, media, self._clock.now(), self._video.next)
         return out
 
     def _audio_out(
@@ -315,7 +299,7 @@ class PlayoutBuffer:
     ) -> AudioOut:
         return AudioOut(
             index=index,
-            pts=index * self._packet_samples,
+            pts=index * self.config.packet_samples,
             packet=packet,
             media_sample=start,
             pcm=pcm,
@@ -329,10 +313,10 @@ class PlayoutBuffer:
     def _should_resync(self, slot: int, now_rel: float) -> bool:
         """The engine's newest frame is late and raising L cannot help any more."""
         cfg = self.config
-        lateness = now_rel - self._delay.delay_s(now_rel) - float(slot * self._frame_period)
+        lateness = now_rel - self._delay.delay_s(now_rel) - float(slot * self.config.frame_period)
         if lateness > cfg.max_delay + EPS:
             return True
-        return self._late_run >= cfg.resync_after_late and self._delay.at_max
+        return self._arrivals.late_run >= cfg.resync_after_late and self._delay.at_max
 
     def _resync(self, frame: PublishedFrame, now_rel: float) -> None:
         """Re-base the timeline: ``frame`` (and the engine's later frames) move to slots due L from now.
@@ -342,17 +326,18 @@ class PlayoutBuffer:
         """
         cfg = self.config
         delay = self._delay.delay_s(now_rel)
-        late_by = now_rel - delay - float(self._epochs.slot_of(frame) * self._frame_period)
-        audio_passed = -((self._a_wm + 1) * self._packet_samples * cfg.fps // -cfg.sample_rate)
-        epoch = self._epochs.rebase(frame, max(self._v_wm + 1, audio_passed, self._frames.last_slot + 1), now_rel)
-        self._resyncs += 1
-        self._late_run = 0
+        late_by = now_rel - delay - float(self._epochs.slot_of(frame) * self.config.frame_period)
+        audio_passed = -((self._audio.passed + 1) * self.config.packet_samples * cfg.fps // -cfg.sample_rate)
+        start = max(self._video.passed + 1, audio_passed, self._frames.last_slot + 1)
+        epoch = self._epochs.rebase(frame, start, now_rel)
+        self._counts.resyncs += 1
+        self._arrivals.late_run = 0
         self._delay.forget_arrivals()
         log.warning(
             "playout resync: frame %d was %.2f s late; it now plays in %.2f s (%d frames of hold)",
             frame.index,
             late_by,
-            float(epoch.start * self._frame_period) + delay - now_rel,
+            float(epoch.start * self.config.frame_period) + delay - now_rel,
             epoch.start - epoch.gap_start,
         )
 
@@ -361,20 +346,20 @@ class PlayoutBuffer:
     def _start(self, frame: PublishedFrame, now: float) -> None:
         self._t0 = now
         self._epochs.begin(frame)
-        self._v_media = frame.index
-        self._blank = np.zeros_like(frame.rgb)
+        self._video.media = frame.index
+        self._video.blank = np.zeros_like(frame.rgb)
         self._wake(self._start_waiters)
 
     def _is_late(self, frame: PublishedFrame, slot: int, now_rel: float) -> bool:
         """Its video slot (or the audio packet holding its first sample) has already been played."""
-        if slot < self._epochs.current.start or slot <= self._v_wm:
+        if slot < self._epochs.current.start or slot <= self._video.passed:
             return True
-        if self._epochs.sample_of(frame) < (self._a_wm + 1) * self._packet_samples:
+        if self._epochs.sample_of(frame) < (self._audio.passed + 1) * self.config.packet_samples:
             return True
-        return now_rel - self._delay.delay_s(now_rel) > float(slot * self._frame_period) + EPS
+        return now_rel - self._delay.delay_s(now_rel) > float(slot * self.config.frame_period) + EPS
 
     def _drop(self, now_rel: float) -> None:
-        self._drops += 1
+        self._counts.drops += 1
         self._delay.missed(now_rel)
 
     def _evict(self) -> None:
@@ -388,15 +373,17 @@ class PlayoutBuffer:
         now_rel = self._clock.now() - self._t0
         media_now = now_rel - self._delay.delay_s(now_rel)
         rate = self.config.sample_rate
-        heard_to = (self._a_wm + 1) * self._packet_samples
-        audio_tol = self._audio_tol if self._audio_started else 0.0
+        heard_to = (self._audio.passed + 1) * self.config.packet_samples
+        audio_tol = self.config.audio_late_tolerance_s if self._audio.started else 0.0
+
+        passed, period, video_tol = self._video.passed, self.config.frame_period, self.config.video_tolerance
 
         def needed(slot: int, held: Held) -> bool:
-            video = slot > self._v_wm and media_now <= float(slot * self._frame_period) + self._video_tol + EPS
+            video = slot > passed and media_now <= float(slot * period) + video_tol + EPS
             return video or (held.end > heard_to and media_now < held.end / rate + audio_tol - EPS)
 
         for slot in self._frames.evict(needed):
-            if slot > self._v_wm:
+            if slot > self._video.passed:
                 self._drop(now_rel)
         if len(self._frames) < self.config.capacity_frames:
             self._wake(self._space_waiters)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,25 +54,33 @@ class PlayoutConfig:
         if self.resync_after_late < 1:
             raise ValueError("resync_after_late must be at least 1")
 
-    @property
+    @functools.cached_property
     def frame_period(self) -> Fraction:
         return Fraction(1, self.fps)
 
-    @property
+    @functools.cached_property
     def packet_period(self) -> Fraction:
         return Fraction(self.audio_packet_ms, 1000)
 
-    @property
+    @functools.cached_property
     def packet_samples(self) -> int:
         return self.sample_rate * self.audio_packet_ms // 1000
 
-    @property
+    @functools.cached_property
     def quantum(self) -> Fraction:
         """Smallest step of L that keeps both grids whole: lcm of frame and packet period."""
         f, p = self.frame_period, self.packet_period
         return Fraction(math.lcm(f.numerator, p.numerator), math.gcd(f.denominator, p.denominator))
 
-    @property
+    @functools.cached_property
+    def frames_per_quantum(self) -> int:
+        return int(self.quantum / self.frame_period)
+
+    @functools.cached_property
+    def packets_per_quantum(self) -> int:
+        return int(self.quantum / self.packet_period)
+
+    @functools.cached_property
     def video_tolerance(self) -> float:
         tol = self.video_late_tolerance_s
         return float(self.frame_period) if tol is None else tol
