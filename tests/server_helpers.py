@@ -146,10 +146,10 @@ async def serving(app, settings: Settings) -> AsyncIterator[Running]:
             await asyncio.wait_for(task, 20)
 
 
-async def admitted_session(srv: Running, body: dict | None = None) -> dict:
-    """``POST /v1/sessions`` (201 asserted), retried while the engine answers 503: a slot freed a
-    moment ago takes the engine's capacity a moment to count."""
-    for _ in range(50):
+async def admitted_session(srv: Running, body: dict | None = None, patience_s: float = 5.0) -> dict:
+    """``POST /v1/sessions`` (201 asserted), retried for ``patience_s`` while the engine answers 503: a
+    slot freed a moment ago takes the engine's capacity a moment to count."""
+    for _ in range(round(patience_s / 0.1)):
         res = await srv.http.post("/v1/sessions", json=body or {})
         if res.status_code != 503:
             break

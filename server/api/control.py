@@ -68,7 +68,7 @@ async def serve_control(
             await _refuse(ws, "control_busy", "this session has as many observers as it takes", CLOSE_BUSY)
             return
         try:
-            await ObserverConnection(ws, session, queue).run()
+            await ObserverConnection(ws, session, queue, MessagePace(manager.settings.control_messages_per_s)).run()
         finally:
             session.events.unobserve(queue)
         return
@@ -240,10 +240,11 @@ def _summarize(exc: ValidationError) -> str:
 class ObserverConnection:
     """A read-only socket: every session event, no commands (a viewer beside an agent that has control)."""
 
-    def __init__(self, ws: WebSocket, session: Session, queue: EventQueue) -> None:
+    def __init__(self, ws: WebSocket, session: Session, queue: EventQueue, pace: MessagePace) -> None:
         self.ws = ws
         self.session = session
         self.queue = queue
+        self.pace = pace
 
     async def run(self) -> None:
         await serve_socket(self.ws, self.session, self._read(), self._write(), "observer")
@@ -255,6 +256,7 @@ class ObserverConnection:
 
     async def _read(self) -> None:
         while True:
+            await self.pace.wait()
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return

@@ -12,6 +12,7 @@ class Liveness:
 
     created_at: float = field(default_factory=time.monotonic)
     offered_at: float | None = None
+    viewers_waiting_since: float | None = None  # a WHEP viewer offered and none has connected since
     connected_at: float | None = None
     engine_started_at: float | None = None
     first_frame_at: float | None = None

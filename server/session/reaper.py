@@ -68,11 +68,13 @@ class SessionReaper:
         if pc is None:
             # A connected WHEP viewer keeps an agent's session alive, and so does its agent's control
             # socket (whose heartbeat notices a vanished agent): its viewers may come later. Viewers
-            # that never connect hold it only as long as a peer may take to connect.
+            # that never connect hold it only as long as a peer may take to connect, counted from the
+            # first offer since a viewer last connected (offering again does not restart it).
             if session.viewers.connected or session.control_attached:
                 return None
             if len(session.viewers):
-                return "connect_timeout" if now - (times.offered_at or now) > s.connect_timeout_s else None
+                waiting = now - (times.viewers_waiting_since or now)
+                return "connect_timeout" if waiting > s.connect_timeout_s else None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None
         if pc.connectionState in ("failed", "closed"):
             return f"peer_{pc.connectionState}"

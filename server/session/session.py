@@ -204,8 +204,10 @@ class Session:
 
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A WHEP viewer (read-only: the avatar's video and voice); its id and our answer. Viewers alone
-        (an agent's session) start the media clock too; the newest viewer's offer starts the connect timeout."""
-        self.liveness.offered_at = time.monotonic()
+        (an agent's session) start the media clock too. The first offer since a viewer last connected
+        starts the connect timeout (later offers do not restart it)."""
+        if self.liveness.viewers_waiting_since is None:
+            self.liveness.viewers_waiting_since = time.monotonic()
         try:
             viewer = await self.viewers.add(offer)
         except TooManyViewers as exc:
@@ -219,6 +221,7 @@ class Session:
             self._spawn(self._start_media(), "media-start")
 
     def _viewer_connected(self) -> None:
+        self.liveness.viewers_waiting_since = None
         if not self.connected.is_set():
             self.liveness.connected()
             self.connected.set()

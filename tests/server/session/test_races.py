@@ -4,6 +4,7 @@ between, so N requests fired at once get exactly as many admissions as the limit
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
@@ -60,19 +61,26 @@ async def test_parallel_creations_never_exceed_the_engines_capacity(monkeypatch)
             await asyncio.gather(*(srv.manager.close(sid, "deleted") for sid in admitted))
 
 
-async def test_a_session_whose_only_viewer_never_connects_is_reaped(monkeypatch):
-    """The viewer's offer is answered and the answer never applied: the session (and its engine
-    slot) goes after the connect timeout, as a page's that never connects does."""
+async def test_a_session_whose_only_viewers_never_connect_is_reaped(monkeypatch):
+    """Viewers' offers are answered and the answers never applied, a new one each second: the
+    session (and its engine slot) goes once the connect timeout has passed since the first offer,
+    as a page's that never connects does; offering again does not hold it."""
     loopback_only(monkeypatch)
-    settings = make_settings(max_sessions=1, offer_timeout_s=1.0, connect_timeout_s=1.5)
+    settings = make_settings(max_sessions=1, max_viewers=8, offer_timeout_s=1.0, connect_timeout_s=1.5)
     async with running_server(settings, config="puppet") as srv:
         session = await admitted_session(srv, {"mode": "agent"})
-        pc = viewer_peer()
+        closed = srv.manager.sessions[session["session_id"]]
+        pcs = []
         try:
-            assert (await post_offer(srv, session, "whep", pc)).status_code == 201
-            closed = srv.manager.sessions[session["session_id"]]
-            assert await wait_until(lambda: session["session_id"] not in srv.manager.sessions, 10)
+            t0 = time.monotonic()
+            for _ in range(6):
+                pcs.append(pc := viewer_peer())
+                if (await post_offer(srv, session, "whep", pc)).status_code == 404:
+                    break
+                await asyncio.sleep(1.0)
+            assert await wait_until(lambda: session["session_id"] not in srv.manager.sessions, 5)
             assert closed.close_reason == "connect_timeout"
+            assert closed.closed.is_set() and time.monotonic() - t0 < 5.0
             await admitted_session(srv)  # its slot is free again
         finally:
-            await pc.close()
+            await asyncio.gather(*(pc.close() for pc in pcs))
