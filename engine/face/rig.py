@@ -393,18 +393,15 @@ class PhotoRig:
         offsets, close = self._lip_offsets(m)
         lm[:, :2] += offsets
         lm[:, 2] = self._depth
-        yaw, pitch, roll = (_clip(a, -0.5, 0.5) for a in (m.yaw, m.pitch, m.roll))
-        shift = np.array([m.tx, m.ty]) * self.size
-        if yaw or pitch or roll or shift.any():
-            rot = _rotation(yaw, pitch, roll)
-            lm = (lm - self.pivot) @ rot.T + self.pivot
-            lm[:, :2] += shift
+        if m.yaw or m.pitch or m.roll or m.tx or m.ty:
+            lm = self._turn(lm, m)
             ring = np.concatenate([pts[n:n1], self._ring1_z[:, None]], axis=1)
-            ring_moved = (ring - self.pivot) @ rot.T + self.pivot
-            pts[n:n1] += INNER_RING_FOLLOW * (ring_moved[:, :2] - ring[:, :2] + shift)
-        pts[:n] = lm[self._keep, :2]
+            pts[n:n1] += INNER_RING_FOLLOW * (self._turn(ring, m) - ring[:, :2])
+        else:
+            lm = lm[:, :2]
+        pts[:n] = lm[self._keep]
         pts[n:n1] += jaw * self._ring1_jaw
-        return lm[:, :2], pts, close
+        return lm, pts, close
 
     def displaced(self, motion: FaceMotion) -> np.ndarray:
         """(P, 2) control point positions for ``motion`` (mesh landmarks first, then the rings and border)."""
