@@ -6,6 +6,7 @@ node's session plus ``node`` (its Ray node id). Everything else about a session 
 holding it, so clients need one address; media flows between the browser and the node directly
 (its ICE candidates carry the node's own or public address). ``GET /v1/cluster`` lists the nodes,
 ``/healthz`` is ``degraded`` (503) while no node serves, ``/metrics`` has per-node figures.
+``/v1/avatars`` (personal avatars) goes to the node a name hashes to; the nodes share one store.
 The process must have joined the Ray cluster first (:func:`server.cluster.join.join`).
 """
 
@@ -26,12 +27,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from server.api.forwarded import GATEWAY_HEADER
 from server.api.limits import ClientLimits, bearer, client_key
+from server.base.engine_link import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse
 from server.cluster.membership import ClusterNode, Membership
 from server.cluster.metrics import GatewayMetrics
 from server.cluster.node_settings import passed_to_nodes
-from server.cluster.placement import ranked
+from server.cluster.placement import enrolling_node, ranked
 from server.cluster.proxy import forward, relayed
 from server.cluster.relay import relay_control
 from server.config import Settings
@@ -172,6 +174,28 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
         if isinstance(refusal, ApiError):
             raise refusal
         return relayed(refusal)
+
+    def enrolling(name: str) -> ClusterNode:
+        """The node a personal avatar's name hashes to (its progress is read where it runs); the
+        nodes share one store folder (``AVATAR_STORE``), so a stored avatar is every node's."""
+        node = enrolling_node(membership.nodes.values(), name)
+        if node is None:
+            raise ApiError(503, "no_nodes", "no avatar node serves: no Ray node offers the `avatar` resource yet")
+        return node
+
+    @app.api_route("/v1/avatars", methods=["GET", "POST"], tags=["avatars"])
+    async def avatars(request: Request) -> Response:
+        """Personal avatars: enrolled on the node their name hashes to, listed by any node."""
+        limit = MAX_VIDEO_BYTES + 64 * 1024
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise ApiError(413, "video_too_large", f"request body over {limit} bytes")
+        node = enrolling(request.query_params.get("name", "")) if request.method == "POST" else any_node()
+        return relayed(await forward(request.app.state.http, node, request))
+
+    @app.api_route("/v1/avatars/{name}", methods=["GET", "DELETE"], tags=["avatars"])
+    async def avatar(name: str, request: Request) -> Response:
+        return relayed(await forward(request.app.state.http, enrolling(name), request))
 
     @app.api_route("/v1/sessions/{session_id}", methods=["DELETE"], tags=["sessions"])
     @app.api_route("/v1/sessions/{session_id}/{rest:path}", methods=SESSION_METHODS, tags=["sessions"])

@@ -10,7 +10,7 @@ from server.cluster.join import ClusterUnreachable, join
 from server.cluster.membership import ClusterNode
 from server.cluster.node import NodeReport
 from server.cluster.node_settings import node_settings, passed_to_nodes
-from server.cluster.placement import ranked
+from server.cluster.placement import enrolling_node, ranked
 from server.config import Settings
 
 
@@ -41,6 +41,19 @@ def test_placement_prefers_free_capacity_then_fewer_sessions_and_skips_nodes_not
     nodes = [_node("a", 1, 3), _node("b", 4), _node("c", 1, 1), _node("d", 9, alive=False), _node("e", 0)]
     assert [n.node for n in ranked(nodes)] == ["b", "c", "a", "e"]
     assert ranked([_node("d", 9, alive=False)]) == []
+
+
+def test_a_personal_avatar_is_enrolled_on_the_node_its_name_hashes_to():
+    nodes = [_node(f"n{i}", 1) for i in range(4)]
+    names = [f"person{i}" for i in range(200)]
+    chosen = {name: enrolling_node(nodes, name).node for name in names}
+    assert all(enrolling_node(list(reversed(nodes)), n).node == chosen[n] for n in names)  # order does not matter
+    counts = [list(chosen.values()).count(n.node) for n in nodes]
+    assert min(counts) > 20, counts  # spread over the nodes
+    # A node leaving moves only its own names; nodes not serving are skipped.
+    gone = nodes[1:]
+    assert all(enrolling_node(gone, n).node == chosen[n] for n in names if chosen[n] != "n0")
+    assert enrolling_node([_node("x", 1, alive=False)], "me") is None
 
 
 def test_sessions_placed_after_a_report_was_asked_for_survive_that_report():
