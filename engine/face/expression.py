@@ -26,6 +26,7 @@ SMILE_FULL = 0.07  # a corner lift (mouth widths above the lips' centre line) th
 RELAX_DROP = 0.8  # a relaxed smile's corners come down this share of their lift
 RELAX_IN = 0.07  # and in by this many mouth widths at a full smile
 RELAX_CLOSE = 0.5  # and the lips close this share of the gap they smile with
+PARTED = 0.02  # lips this far apart at rest (mouth widths, at the middle) have a gap to close
 
 
 def _smoothstep(x: np.ndarray) -> np.ndarray:
@@ -41,6 +42,7 @@ class LipBases:
     press: np.ndarray  # the lips thin towards that line
     relax: np.ndarray  # a posed smile eases: corners down and in (the rig also closes it ``RELAX_CLOSE``)
     smile: float
+    parted: bool  # the lips are apart at rest (there is a gap to close)
 
 
 def lip_bases(xy: np.ndarray, centre: np.ndarray, eu: np.ndarray, ev: np.ndarray, width: float) -> LipBases:
@@ -93,4 +95,5 @@ def lip_bases(xy: np.ndarray, centre: np.ndarray, eu: np.ndarray, ev: np.ndarray
         w = np.exp(-(((u - u[c]) / (0.5 * hw)) ** 2) - (((v - v[c]) / (0.55 * hw)) ** 2))
         relax += (w * RELAX_DROP * max(lift, 0.0))[:, None] * ev
         relax += (w * -sign * RELAX_IN * width * smile)[:, None] * eu
-    return LipBases(close=close, press=press, relax=relax, smile=smile)
+    parted = bool(np.interp(0.0, u[up][order_up], gap[up][order_up]) > PARTED * width)
+    return LipBases(close=close, press=press, relax=relax, smile=smile, parted=parted)

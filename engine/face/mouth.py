@@ -42,7 +42,7 @@ TONGUE_ABOVE = 6.0  # millimetres the tongue's back shows above the lower incisa
 OWN_TEETH_CUT = 0.025
 LIP_SHADOW = (0.25, 0.03)  # strength and reach (mouth widths) of the upper lip's shadow
 LOWER_SHADOW = (0.25, 0.03)
-CORNER_SHADOW = 0.55
+CORNER_SHADOW = 0.7
 WET_EDGE = 0.012  # mouth widths: the wet inner lip's band inside the opening
 WET_SHEEN = 0.22
 
@@ -191,13 +191,13 @@ class MouthInterior:
             lower_edge = np.maximum(lower_edge, (np.interp(u, self._lo_u, self._lo_v) + 0.01) * MOUTH_MM)
         cavity = draw_cavity(x, y, float(np.median(upper_edge)) + 5.0, p.cavity_wall, p.cavity_deep)
         tongue, tongue_a = draw_tongue(x, y, lower_edge - TONGUE_ABOVE, p.tongue, pixel)
-        teeth, teeth_a = draw_arch(x, y, lower_edge, LOWER, p.enamel * LOWER_LIGHT, p.gum, pixel)
+        teeth, teeth_a = draw_arch(x, y, lower_edge, LOWER, p.enamel * LOWER_LIGHT, p.gum, pixel, p.cavity_wall)
         behind = (tongue_a * (1 - teeth_a))[..., None]
         lower = np.concatenate([teeth + tongue * behind, teeth_a[..., None] + behind], -1)
         if p.shows_teeth:
             upper = self._own_teeth(image)
         else:
-            col, a = draw_arch(x, y, upper_edge, UPPER, p.enamel, p.gum, pixel)
+            col, a = draw_arch(x, y, upper_edge, UPPER, p.enamel, p.gum, pixel, p.cavity_wall)
             upper = self._reduce(np.concatenate([col, a[..., None]], -1))
         return self._reduce(cavity), self._reduce(lower), upper
 
@@ -254,7 +254,7 @@ class MouthInterior:
         hw = max(abs(up[-1, 0] - up[0, 0]) / 2, 1.0)
         side = np.clip(np.abs(xs - cx) / hw, 0, 1)[None, :]
         shade = ((1 - LIP_SHADOW[0] * np.exp(-a / LIP_SHADOW[1])) * (1 - LOWER_SHADOW[0] * np.exp(-b / LOWER_SHADOW[1]))
-                 * (1 - CORNER_SHADOW * side**4))
+                 * (1 - CORNER_SHADOW * side**3))
         col = col * shade[..., None]
         # The wet inner lip: a band of the lips' darker, wetter inside along both lips, with a sheen on the lower.
         p = self.palette

@@ -491,11 +491,12 @@ class PhotoRig:
         np.copyto(warped, src, where=still[..., None])
         out[y0:y1, x0:x1] = warped
         jaw = _clip(motion.jaw_open, 0, 1)
-        if jaw > 0 or close > 0:
+        if jaw > 0 or (close > 0 and self.lips.parted):
             skull = self._head_affine(motion)
             drop = jaw * TEETH_JAW_FOLLOW * self._jaw[LOWER_LIP_CENTER]
             opening = float(_smoothstep(jaw / 0.12))
-            # What a press leaves of a gap (a smile's own, closing): the lips meet there.
+            # What a press leaves of a gap (a smile's own, closing): the lips meet there. Lips that
+            # meet in the photo already need nothing painted between them.
             meeting = min(_clip(motion.press, 0, 1), close / CLOSE_MAX) * (1 - opening)
             self.mouth.paint(out, lm, skull, drop, max(opening, meeting), meeting)
         return out

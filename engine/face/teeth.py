@@ -33,11 +33,12 @@ class Crown:
     rounding: float  # incisal corner radius, as a fraction of the half-width
 
 
-# From the midline outwards: central and lateral incisors, canine, two premolars, a molar.
+# From the midline outwards: central and lateral incisors, canine, two premolars (the molars lie in
+# the corners' shadow, where the cavity shows instead).
 UPPER_CROWNS = (Crown(8.6, 10.5, 0.0, 0.0, 0.2), Crown(6.6, 9.0, 0.7, 0.0, 0.4), Crown(7.6, 10.0, 0.3, 1.0, 0.3),
-                Crown(7.0, 8.5, 0.9, 0.5, 0.35), Crown(6.5, 8.0, 1.2, 0.5, 0.35), Crown(10.0, 7.0, 1.6, 0.3, 0.3))
+                Crown(7.0, 8.5, 0.9, 0.5, 0.35), Crown(6.5, 8.0, 1.2, 0.5, 0.35))
 LOWER_CROWNS = (Crown(5.4, 9.0, 0.0, 0.0, 0.12), Crown(5.9, 9.0, 0.2, 0.0, 0.2), Crown(6.9, 10.0, 0.1, 0.8, 0.3),
-                Crown(7.0, 8.0, 0.8, 0.5, 0.35), Crown(7.0, 8.0, 1.0, 0.5, 0.35), Crown(11.0, 7.0, 1.3, 0.3, 0.3))
+                Crown(7.0, 8.0, 0.8, 0.5, 0.35), Crown(7.0, 8.0, 1.0, 0.5, 0.35))
 UPPER_RADIUS, LOWER_RADIUS = 27.0, 24.0  # the arches' radius of curvature, millimetres
 GAP = 0.32  # millimetres between neighbouring crowns
 PAPILLA = 2.6  # how far the gum reaches down between two crowns, millimetres
@@ -46,6 +47,7 @@ DEPTH_FALLOFF = 15.0  # millimetres of depth that darken a crown by 1/e
 # neighbours' (fixed per crown, so the same teeth every frame).
 EDGE_JITTER = 0.35  # millimetres
 SHADE_JITTER = 0.05
+AMBIENT = 0.5  # how much of the mouth's own light the deepest crowns take on
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,12 @@ def _layout(arch: Arch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def draw_arch(x: np.ndarray, v: np.ndarray, edge: np.ndarray, arch: Arch, enamel: np.ndarray, gum: np.ndarray,
-              pixel: float) -> tuple[np.ndarray, np.ndarray]:
+              pixel: float, ambient: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """An arch drawn at points (x, v) in millimetres (x across, from the midline; v down the
     face), with its incisal line at ``edge`` (millimetres, per point) and one sample
-    ``pixel`` millimetres wide. -> (colour (..., 3) float32, coverage (...)) with the gum
+    ``pixel`` millimetres wide; the crowns deeper in the mouth take on its ``ambient`` light (the
+    cavity's red) as they darken, as teeth in a mouth's shade do, rather than going grey.
+    -> (colour (..., 3) float32, coverage (...)) with the gum
     filling everything beyond the gum line."""
     ax = np.abs(x)
     x0, x1, depth = _layout(arch)
@@ -115,7 +119,9 @@ def draw_arch(x: np.ndarray, v: np.ndarray, edge: np.ndarray, arch: Arch, enamel
     incisal = _smoothstep(along / 1.3)
     cervical = _smoothstep(to_gum / 2.2)
     col = enamel[None, :] * shade[..., None]
-    edge_tint = np.array([0.86, 0.88, 0.92], np.float32)  # the thin edge lets the dark behind through
+    if ambient is not None:
+        col = col + AMBIENT * ambient[None, :] * (1 - np.exp(-depth[k] / DEPTH_FALLOFF))[..., None]
+    edge_tint = np.array([0.86, 0.87, 0.88], np.float32)  # the thin edge lets the dark behind through
     col = col * (edge_tint + (1 - edge_tint) * incisal[..., None])
     neck_tint = np.array([0.94, 0.88, 0.76], np.float32)
     col = col * (neck_tint + (1 - neck_tint) * cervical[..., None])
