@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 
 from engine.face.landmarks import LIPS_INNER_LOWER, LIPS_INNER_UPPER
@@ -64,16 +65,18 @@ def talking_frames(rig: PhotoRig, jaw: np.ndarray, marked: bool = True) -> list[
 
 
 def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640, faces: int = 1,
-                  brightness: float = 1.0, marked: bool = True) -> np.ndarray:
+                  brightness: float = 1.0, marked: bool = True, scale: float = 1.0) -> np.ndarray:
     """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4; open mouths marked unless not
-    ``marked``); -> the (n,) openings written."""
-    s = rig.size
+    ``marked``; the face ``scale`` times its size); -> the (n,) openings written."""
+    s = int(round(rig.size * scale))
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx264", rate=FPS)
         stream.width = stream.height = canvas
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "12", "preset": "ultrafast"}
         for frame in talking_frames(rig, jaw, marked):
+            if scale != 1.0:
+                frame = cv2.resize(frame, (s, s), interpolation=cv2.INTER_AREA)
             big = np.full((canvas, canvas, 3), 90, np.uint8)
             o = (canvas - s) // 2
             big[o : o + s, o : o + s] = frame
@@ -86,3 +89,16 @@ def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640,
         for packet in stream.encode():
             out.mux(packet)
     return jaw
+
+
+def write_long_blank(path: Path, seconds: float) -> None:
+    """A tiny video ``seconds`` long (one 64² grey frame a second): long without costing much to make."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=1)
+        stream.width = stream.height = 64
+        stream.pix_fmt = "yuv420p"
+        for _ in range(int(seconds)):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.full((64, 64, 3), 90, np.uint8), format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from personal_helpers import jaw_track, mark_level, write_footage
+from personal_helpers import jaw_track, mark_level, write_footage, write_long_blank
 
 from engine.face.rig import FaceMotion, PhotoRig
 from engine.personal.enroll import EnrollError, enroll, scan
@@ -87,6 +87,8 @@ def test_openings_the_footage_never_showed_are_drawn(speaker, tmp_path):
     ("dark", "too dark"),
     ("two", "several faces"),
     ("blank", "no face"),
+    ("small", "face too small"),
+    ("long", "too long"),
 ])
 def test_unusable_footage_is_refused_in_one_line(kind, reason, speaker, tmp_path):
     path = tmp_path / f"{kind}.mp4"
@@ -98,6 +100,10 @@ def test_unusable_footage_is_refused_in_one_line(kind, reason, speaker, tmp_path
         write_footage(path, speaker, jaw_track(10.5), brightness=0.12)
     elif kind == "two":
         write_footage(path, speaker, jaw_track(10.5), faces=2)
+    elif kind == "small":
+        write_footage(path, speaker, jaw_track(10.5), scale=0.3)
+    elif kind == "long":
+        write_long_blank(path, 302)
     else:
         write_footage(path, speaker, jaw_track(10.5), brightness=0.0)
     with pytest.raises(EnrollError) as err:
