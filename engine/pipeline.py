@@ -256,7 +256,7 @@ class Pipeline(ConfiguredEngine):
         if photo is not None:
             from engine.face.rig import PhotoRig
 
-            return PhotoRig.from_photo(photo.image, photo.face, photo.mouths)
+            return PhotoRig.from_photo(photo.image, photo.face, photo.mouths, photo.sway)
         from engine.avatars import DEFAULT_AVATAR
         from engine.puppet import Identity, get_identity
         from engine.puppet.rig import PuppetRig

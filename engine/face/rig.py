@@ -22,6 +22,7 @@ motion leaves in place are copied, so a neutral motion returns the crop bit-exac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ DEPTH_SCALE = 0.6
 CLOSE_MAX = 0.96
 TEETH_JAW_FOLLOW = 0.8  # the lower teeth drop this fraction of the lower lip's drop (the lip drops further)
 TEETH_BEHIND_LIPS = 0.12  # the teeth's front, behind the lips, in mouth widths (~6 mm)
+HEAD_MOTION = ("yaw", "pitch", "roll", "tx", "ty")
 CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
 RING_JAW_FOLLOW = 0.6  # the inner ring below the chin drops this fraction of the chin's drop
 MIN_SPACING = 0.022  # mesh landmarks besides the contours, at least this far apart (fraction of the frame)
@@ -226,7 +228,7 @@ def photo_motion(state: FaceState, talking: float = 0.0) -> FaceMotion:
 class PhotoRig:
     """A face photo (a crop from ``crop_face``) prepared for animation; ``render(motion)`` per frame."""
 
-    def __init__(self, image: np.ndarray, face: Face, mouths: MouthBank | None = None):
+    def __init__(self, image: np.ndarray, face: Face, mouths: MouthBank | None = None, sway: float = 1.0):
         image = np.ascontiguousarray(image)
         if image.ndim != 3 or image.shape[0] != image.shape[1] or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"expected a square (S, S, 3) uint8 image, got {image.dtype} {image.shape}")
@@ -318,6 +320,7 @@ class PhotoRig:
         self.palette = mouth_palette(image, lm)
         drawn = MouthInterior(image, lm, MouthFrame(mc, eu, ev, mouth_w), self.palette)
         self.mouth: MouthInterior | FootageMouth = drawn if mouths is None else FootageMouth(mouths, drawn)
+        self.sway = float(sway)
         self._teeth_depth = float(self._depth[UPPER_LIP_CENTER]) + DEPTH_SCALE * TEETH_BEHIND_LIPS * mouth_w
 
     # ---- bases -------------------------------------------------------------------------------------------------
@@ -515,8 +518,12 @@ class PhotoRig:
         return ((points - self.pivot) @ _rotation(yaw, pitch, roll).T + self.pivot)[:, :2] + shift
 
     def draw(self, state: FaceState, talking: float = 0.0) -> np.ndarray:
-        """The frame for a face state read off a driver face (``engine.stages.redraw``'s drawer)."""
-        return self.render(photo_motion(state, talking))
+        """The frame for a face state read off a driver face (``engine.stages.redraw``'s drawer),
+        the head's motion scaled by ``sway``."""
+        motion = photo_motion(state, talking)
+        if self.sway != 1.0:
+            motion = dataclasses.replace(motion, **{k: self.sway * getattr(motion, k) for k in HEAD_MOTION})
+        return self.render(motion)
 
     def render_many(self, motions: Iterable[FaceMotion]) -> np.ndarray:
         """(n, S, S, 3) uint8 frames."""
@@ -526,10 +533,12 @@ class PhotoRig:
         return np.stack(frames)
 
     @classmethod
-    def from_photo(cls, image: np.ndarray, face: Face, mouths: MouthBank | None = None) -> PhotoRig:
+    def from_photo(cls, image: np.ndarray, face: Face, mouths: MouthBank | None = None,
+                   sway: float = 1.0) -> PhotoRig:
         """A rig for a square photo crop (``crop_face``) and its face (landmarks in crop pixels);
-        ``mouths``: the person's own mouth from their footage (a personal avatar)."""
-        return cls(image, face, mouths)
+        ``mouths``: the person's own mouth from their footage, ``sway``: how much more or less than
+        the driver they move their head (a personal avatar)."""
+        return cls(image, face, mouths, sway)
 
 
 def _rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:

@@ -56,6 +56,11 @@ SAMPLE_FPS = 12.5
 MAX_SIDE = 1280  # frames are read at most this large (a 4K clip is no better for a 512² avatar)
 MIN_SHARE = 0.5  # a check passes when it holds on at least this share of the frames
 MIN_FACE_LIGHT = 45.0  # the face's mean luma below this is too dark to take colours from
+# The driver face's head turn as its photo sessions read it (yaw, standard deviation over three
+# held-out clips of the tiny engine: 1.5 degrees): a person who sways more or less than this moves
+# their avatar's head that much more or less, within SWAY_RANGE.
+DRIVER_SWAY_DEGREES = 1.5
+SWAY_RANGE = (0.5, 2.0)
 Progress = Callable[[float, str], None]
 
 
@@ -290,4 +295,5 @@ def enroll(path: str | Path, progress: Progress | None = None) -> tuple[PhotoAva
         sway_degrees=round(float(np.std([f.yaw for f in frames])), 2), bank_bytes=bank.nbytes)
     if progress:
         progress(1.0, "done")
-    return PhotoAvatar(crop, face, bank), report
+    sway = float(np.clip(report.sway_degrees / DRIVER_SWAY_DEGREES, *SWAY_RANGE))
+    return PhotoAvatar(crop, face, bank, sway), report

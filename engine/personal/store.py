@@ -3,9 +3,10 @@
 The root is ``AVATAR_STORE``, else ``$XDG_DATA_HOME/avatar/avatars``, else
 ``~/.local/share/avatar/avatars``. A folder holds ``rest.png`` (the 512² rest frame the
 sessions animate), ``avatar.npz`` (its landmarks and the person's mouth bank) and
-``avatar.json`` (the enrolment report, when it was made). A folder is written under a
-temporary name and renamed into place, so a listing never shows half an avatar; names are
-checked before they touch the file system (no paths, no traversal, no bundled avatar's name).
+``avatar.json`` (the enrolment report, when it was made); the npz also holds how much the
+person sways. A folder is written under a temporary name and renamed into place, so a listing
+never shows half an avatar; names are checked before they touch the file system (no paths, no
+traversal, no bundled avatar's name).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class AvatarStore:
             b = avatar.mouths
             np.savez_compressed(tmp / "avatar.npz", landmarks=avatar.face.landmarks, patches=b.patches, lips=b.lips,
                                 openings=b.openings, widths=b.widths, rest_width=np.float32(b.rest_width),
-                                coverage=np.float32(b.coverage))
+                                coverage=np.float32(b.coverage), sway=np.float32(avatar.sway))
             meta = {"name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **report.as_dict()}
             meta["disk_bytes"] = sum(p.stat().st_size for p in tmp.iterdir()) + len(json.dumps(meta)) + 24
             (tmp / "avatar.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -107,7 +108,8 @@ class AvatarStore:
             bank = MouthBank(patches=z["patches"], lips=z["lips"], openings=z["openings"], widths=z["widths"],
                              rest_width=float(z["rest_width"]), coverage=float(z["coverage"]))
             face = Face(z["landmarks"].astype(np.float32))
-        return PhotoAvatar(np.ascontiguousarray(image), face, bank)
+            sway = float(z["sway"]) if "sway" in z.files else 1.0
+        return PhotoAvatar(np.ascontiguousarray(image), face, bank, sway)
 
     def info(self, name: str) -> dict:
         if name not in self:

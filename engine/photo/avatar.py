@@ -24,11 +24,13 @@ __all__ = ["PHOTO_SIZE", "FaceError", "PhotoAvatar", "photo_avatar"]
 @dataclass(frozen=True)
 class PhotoAvatar:
     """The (S, S, 3) uint8 crop a photo session's frames are made of and its landmarks in crop
-    pixels; a personal avatar (``engine.personal``) also carries the person's own mouth."""
+    pixels; a personal avatar (``engine.personal``) also carries the person's own mouth and how
+    much they move their head."""
 
     image: np.ndarray
     face: Face
     mouths: MouthBank | None = None
+    sway: float = 1.0  # the head's motion scaled by this: a personal avatar moves as much as its person
 
     @property
     def frame_size(self) -> tuple[int, int]:

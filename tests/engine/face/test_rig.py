@@ -166,3 +166,17 @@ def test_a_photo_showing_its_teeth_keeps_its_own_when_the_mouth_opens(astronaut_
     assert band_rest.mean() > 150  # teeth
     assert np.abs(band_open - band_rest).mean() < 12, np.abs(band_open - band_rest).mean()
     assert band_open.mean(2).std() > 6  # the gaps between teeth, not a flat band
+
+
+def test_a_personal_avatars_sway_scales_the_head_motion(astronaut_crop):
+    """A person who sways twice as much as the driver moves the avatar's head twice as far."""
+    from engine.puppet import FaceState
+
+    crop, face = astronaut_crop
+    turned = FaceState(yaw=0.08, roll=0.04)
+    nose = {}
+    for sway in (1.0, 2.0):
+        frame = PhotoRig.from_photo(crop, face, sway=sway).draw(turned)
+        nose[sway] = measure(frame)[1, :2] - face.landmarks[1, :2]
+    ratio = np.linalg.norm(nose[2.0]) / np.linalg.norm(nose[1.0])
+    assert 1.6 < ratio < 2.4, (nose, ratio)

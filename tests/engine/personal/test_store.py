@@ -17,7 +17,7 @@ def avatar(astronaut_crop):
     patches = [rng.integers(0, 255, (60, 90, 3), dtype=np.uint8) for _ in range(3)]
     lips = [rng.uniform(0, 60, (20, 2)).astype(np.float32) for _ in range(3)]
     bank = bank_from_entries(patches, lips, [0.05, 0.1, 0.2], [1, 1, 2], 98.0, 0.45)
-    return PhotoAvatar(crop, face, bank)
+    return PhotoAvatar(crop, face, bank, sway=1.7)
 
 
 REPORT = EnrollReport(seconds=12.0, frames_read=150, frames_used=140, entries=3, coverage=0.5, widest_opening=0.2,
@@ -36,6 +36,7 @@ def test_saved_avatars_load_back_whole_after_a_restart(avatar, tmp_path):
     assert np.array_equal(b.patches, c.patches) and np.allclose(b.lips, c.lips)
     assert np.allclose(b.openings, c.openings) and list(b.widths) == list(c.widths)
     assert b.rest_width == pytest.approx(c.rest_width) and b.coverage == pytest.approx(c.coverage)
+    assert loaded.sway == pytest.approx(1.7)
     disk = sum(p.stat().st_size for p in (tmp_path / "me").iterdir())
     assert abs(disk - meta["disk_bytes"]) < 200
 
