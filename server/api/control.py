@@ -156,7 +156,7 @@ class ControlConnection:
             raise ControlError("unexpected_binary", "binary audio must follow an audio.append without `audio`")
         if len(data) > self.max_bytes:
             raise ControlError("message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}")
-        self.session.voice.append_audio(data, rate, self._binary_utterance)
+        self.session.inbound.voice.append_audio(data, rate, self._binary_utterance)
 
     async def _on_text(self, text: str) -> None:
         if len(text) > self.max_bytes:
@@ -180,16 +180,16 @@ class ControlConnection:
         s = self.session
         match msg:
             case Speak():
-                s.voice.speak(msg.text, msg.utterance_id, msg.voice)
+                s.inbound.voice.speak(msg.text, msg.utterance_id, msg.voice)
             case AudioAppend(audio=None):
                 self._binary_rate = msg.sample_rate
                 self._binary_utterance = msg.utterance_id
             case AudioAppend():
-                s.voice.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
+                s.inbound.voice.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
             case AudioCommit():
-                s.voice.commit_audio(msg.utterance_id)
+                s.inbound.voice.commit_audio(msg.utterance_id)
             case Interrupt():
-                s.voice.interrupt()
+                s.inbound.voice.interrupt()
             case Configure():
                 s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():

@@ -78,7 +78,7 @@ def _resource_pc(session: Session, kind: str, resource_id: str):
     if kind == "whip":
         pc = session.pc if session.ingest_id == resource_id else None
     else:
-        viewer = session.viewers.get(resource_id)
+        viewer = session.outbound.viewers.get(resource_id)
         pc = viewer.pc if viewer is not None else None
     if pc is None:
         raise ApiError(404, "unknown_resource", f"no {kind.upper()} resource {resource_id!r} in this session")
@@ -175,7 +175,7 @@ def _stop_handler(kind: str):
         if kind == "whip":
             await request.app.state.manager.close(session_id, "ingest_ended")
         else:
-            await session.viewers.remove(resource_id)
+            await session.outbound.viewers.remove(resource_id)
         return Response(status_code=200)
 
     return stop

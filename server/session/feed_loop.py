@@ -12,7 +12,6 @@ import numpy as np
 from server.base.engine_link import EngineLink
 from server.base.protocol import ErrorEvent, ServerEvent
 from server.session.feeder import Feeder
-from server.session.generated import GeneratedFrames
 from server.voice.playback import PlaybackTracker
 
 log = logging.getLogger(__name__)
@@ -27,7 +26,7 @@ class FeedLoop:
         session_id: str,
         feeder: Feeder,
         link: EngineLink,
-        generated: GeneratedFrames,
+        generated_samples: Callable[[], int],
         tracker: PlaybackTracker,
         emit: Callable[[ServerEvent], None],
         tick_s: float,
@@ -36,7 +35,7 @@ class FeedLoop:
         self._id = session_id
         self._feeder = feeder
         self._link = link
-        self._generated = generated
+        self._generated_samples = generated_samples  # timeline samples the engine has turned into frames
         self._tracker = tracker
         self._emit = emit
         self._tick_s = tick_s
@@ -47,13 +46,14 @@ class FeedLoop:
         feeder = self._feeder
         while True:
             now = time.monotonic()
-            block = feeder.tick(now, self._generated.samples)
+            generated = self._generated_samples()
+            block = feeder.tick(now, generated)
             if block.skipped and not self._overload_reported:
                 self._overload_reported = True
                 log.warning(
                     "session %s: engine %.1f s behind, skipping input",
                     self._id,
-                    (feeder.fed - self._generated.samples) / feeder.sample_rate,
+                    (feeder.fed - generated) / feeder.sample_rate,
                 )
                 self._emit(
                     ErrorEvent(

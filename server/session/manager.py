@@ -43,7 +43,7 @@ class SessionManager:
         metrics.playout_delay_seconds.set_function(self._mean_delay)
 
     def _mean_delay(self) -> float:
-        delays = [s.playout.stats().delay for s in self.sessions.values() if s.started.is_set()]
+        delays = [s.outbound.playout.stats().delay for s in self.sessions.values() if s.started.is_set()]
         return sum(delays) / len(delays) if delays else 0.0
 
     async def create(self, options: SessionCreate) -> Session:

@@ -70,9 +70,9 @@ class SessionReaper:
             # socket (whose heartbeat notices a vanished agent): its viewers may come later. Viewers
             # that never connect hold it only as long as a peer may take to connect, counted from the
             # first offer since a viewer last connected (offering again does not restart it).
-            if session.viewers.connected or session.control_attached:
+            if session.outbound.viewers.connected or session.control_attached:
                 return None
-            if len(session.viewers):
+            if len(session.outbound.viewers):
                 waiting = now - (times.viewers_waiting_since or now)
                 return "connect_timeout" if waiting > s.connect_timeout_s else None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None

@@ -1,8 +1,9 @@
-"""One avatar session: one peer, one engine session, one playout, one control socket.
+"""One avatar session: one peer, one engine session, two pipelines, one control socket.
 
-``Session`` wires the parts (feed loop -> engine link -> generated frames -> playout ->
-tracks -> playback reporter; agent voice -> speech queue -> feed loop; events out) and owns
-their start and teardown. Each part does one job and lives in its own module.
+``Session`` assembles the audio-in pipeline (``inbound.py``: microphone / WHIP / agent speech ->
+feed clock -> engine link) and the video-out pipeline (``outbound.py``: engine link -> playout ->
+rest face and muted voice -> broadcast to the peer and viewers), connects the peer to them, and
+owns their start and teardown and the session's events.
 """
 
 from __future__ import annotations
@@ -21,27 +22,15 @@ from server.base.errors import ApiError
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, Mode, QualityChanged, SessionCreate, SessionReady
 from server.config import Settings
-from server.media.broadcast import Broadcast
-from server.media.clock import MonotonicClock
-from server.media.microphone import MicrophoneIntake, SampleFifo, consume_microphone
+from server.media.microphone import consume_microphone
 from server.media.peer import answer, answer_ingest, close_peer, create_peer
-from server.media.playout import PlayoutBuffer, VideoOut
-from server.media.recorder import MP4Recorder
-from server.media.sync_probe import SyncProbe
-from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
-from server.media.viewers import TooManyViewers, Viewers
+from server.media.viewers import TooManyViewers
 from server.session.events import SessionEvents
-from server.session.feed_loop import FeedLoop
-from server.session.feeder import Feeder
-from server.session.generated import GeneratedFrames
+from server.session.inbound import Inbound
 from server.session.liveness import Liveness
 from server.session.metrics_loop import MetricsLoop
-from server.session.playback_reporter import PlaybackReporter
+from server.session.outbound import Outbound
 from server.session.trace import LatencyTrace
-from server.voice.agent import AgentVoice
-from server.voice.mute import MutedAudio
-from server.voice.rest_face import RestingVideo
-from server.voice.speech import SpeechQueue
 from server.voice.tts import TTSBackend
 
 log = logging.getLogger(__name__)
@@ -64,9 +53,6 @@ class Session:
         self.avatar = options.avatar
         self.link = link
         self.metrics = metrics
-        info = self.link.info
-        self.fps, self.sample_rate = info.fps, info.sample_rate
-        self.height, self.width = self.link.frame_size
         self.liveness = Liveness()
         self.close_reason: str | None = None
         self.control_lock = asyncio.Lock()  # held by the one control socket
@@ -76,70 +62,20 @@ class Session:
         self.closed = asyncio.Event()
         self.events = SessionEvents(metrics, self.ready_event, self.started)
 
-        sr = self.sample_rate
-        speech = SpeechQueue(int(settings.max_audio_backlog_s * sr), settings.max_queued_utterances)
-        self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
-        self.feeder = Feeder(
-            sr,
-            speech,
-            self.mic,
-            settings.feed_holdback_s,
-            int(settings.max_engine_backlog_s * sr),
-            options.mode or settings.default_mode,
-            int(settings.agent_engine_backlog_s * sr),
-        )
-        self.voice = AgentVoice(
-            speech,
-            self.feeder,
-            sr,
-            self.fps,
-            settings.max_text_chars,
-            settings.vad_config(),
-            options.voice or settings.voice,
-            settings.barge_in if options.barge_in is None else options.barge_in,
-            settings.user_audio if options.user_audio is None else options.user_audio,
-            self.events.emit,
-            metrics,
-            tts,
-        )
-        self.voice.on_cut = link.silence_from  # an interrupt silences the engine's audio from the cut on
-        self.microphone = MicrophoneIntake(sr, metrics, self._on_mic)
-        self.playout = PlayoutBuffer(settings.playout(self.fps, sr), MonotonicClock())
-        self.sync = SyncProbe(self.fps, 1000 // self.playout.config.audio_packet_ms)
-        recorder = MP4Recorder(record_dir / f"{session_id}.mp4", self.fps, sr) if record_dir else None
-        self.recorder = recorder
         self.trace = LatencyTrace()
-        self.generated = GeneratedFrames(self.playout, recorder, self.connected, metrics, link.set_origin,
-                                         self.trace.arrived)
-        self.played = PlaybackReporter(
-            session_id, sr, self.sync, self.voice.tracker, self.liveness, metrics, self.events.emit
-        )
-        self.resting = RestingVideo(self.playout, self.voice.gate, sr // self.fps,
-                                    on_replaced=metrics.frames_rested.inc)
-        self.broadcast = Broadcast(
-            PlayoutVideoTrack(self.resting, self.fps, self._video_played),
-            PlayoutAudioTrack(MutedAudio(self.playout, self.voice.gate), sr, self.played.audio_played),
-        )
-        self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, self._viewer_connected, settings.max_viewers)
+        self.inbound = Inbound(session_id, options, settings, link, lambda: self.outbound.generated.samples,
+                               metrics, self.events.emit, self._heard, self.trace.fed_block, tts)
+        self.outbound = Outbound(session_id, settings, link, self.inbound.voice, self.connected, self.liveness,
+                                 self.trace, metrics, self.events.emit, self._viewer_connected, record_dir)
         self.ingest_id: str | None = None  # the WHIP resource, when the peer is a WHIP publisher
-        self.feed_loop = FeedLoop(
-            session_id,
-            self.feeder,
-            self.link,
-            self.generated,
-            self.voice.tracker,
-            self.events.emit,
-            settings.feed_tick_s,
-            self.trace.fed_block,
-        )
         self.metrics_loop = MetricsLoop(
-            self.playout,
-            self.sync,
-            self.feeder,
-            self.generated,
+            self.outbound.playout,
+            self.outbound.sync,
+            self.inbound.feeder,
+            self.outbound.generated,
             self.link,
-            self.microphone,
-            self.played,
+            self.inbound.microphone,
+            self.outbound.played,
             metrics,
             self.events.emit,
             settings.metrics_interval_s,
@@ -150,7 +86,23 @@ class Session:
         self._tasks: set[asyncio.Task] = set()
         self._media_starting = False
         self._closing = False
-        self._spawn(self.voice.run(), "intake")
+        self._spawn(self.inbound.voice.run(), "intake")
+
+    @property
+    def fps(self) -> int:
+        return self.link.info.fps
+
+    @property
+    def sample_rate(self) -> int:
+        return self.link.info.sample_rate
+
+    @property
+    def height(self) -> int:
+        return self.link.frame_size[0]
+
+    @property
+    def width(self) -> int:
+        return self.link.frame_size[1]
 
     @property
     def control_attached(self) -> bool:
@@ -158,14 +110,14 @@ class Session:
 
     @property
     def mode(self) -> Mode:
-        return self.feeder.mode
+        return self.inbound.mode
 
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start_engine(self) -> None:
         """Prefill silence so the engine computes the first chunk now, before the browser's offer,
         then take its frames for the session's life."""
-        self.link.prefill(self.feeder.prefill(self.link.stream.first_chunk_samples).samples)
+        self.link.prefill(self.inbound.feeder.prefill(self.link.stream.first_chunk_samples).samples)
         self.liveness.engine_started_at = time.monotonic()
         self.engine_started.set()
         self._spawn(self._take_frames(), "engine-frames")
@@ -173,7 +125,7 @@ class Session:
 
     async def _take_frames(self) -> None:
         try:
-            await self.link.deliver(self.generated)
+            await self.link.deliver(self.outbound.generated)
         except EngineError as exc:
             if self._closing:
                 return
@@ -197,7 +149,7 @@ class Session:
         if ingest:
             description = await answer_ingest(pc, offer, self.settings.mic_jitter_packets)
         else:
-            self._peer_tracks = self.broadcast.subscribe()
+            self._peer_tracks = self.outbound.broadcast.subscribe()
             description = await answer(pc, offer, *self._peer_tracks, mic_packets=self.settings.mic_jitter_packets)
         self._start_media_once()
         return description
@@ -209,7 +161,7 @@ class Session:
         if self.liveness.viewers_waiting_since is None:
             self.liveness.viewers_waiting_since = time.monotonic()
         try:
-            viewer = await self.viewers.add(offer)
+            viewer = await self.outbound.viewers.add(offer)
         except TooManyViewers as exc:
             raise ApiError(503, "too_many_viewers", str(exc)) from None
         self._start_media_once()
@@ -233,9 +185,9 @@ class Session:
         mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
         """
         await asyncio.gather(self.connected.wait(), self.engine_started.wait())
-        self.feeder.start(time.monotonic())
-        self._spawn(self.broadcast.run(), "broadcast")
-        self._spawn(self.feed_loop.run(), "feed")
+        self.inbound.feeder.start(time.monotonic())
+        self._spawn(self.outbound.broadcast.run(), "broadcast")
+        self._spawn(self.inbound.feed_loop.run(), "feed")
         self._spawn(self.metrics_loop.run(), "metrics")
         self.started.set()
         self.events.announce_ready()
@@ -252,15 +204,15 @@ class Session:
         for task in list(self._tasks):
             if task is not current:
                 task.cancel()
-        self.playout.close()
+        self.outbound.playout.close()
         await self.link.close()
         t_worker = time.monotonic()
-        if self.recorder is not None:
-            await asyncio.to_thread(self.recorder.close)
+        if self.outbound.recorder is not None:
+            await asyncio.to_thread(self.outbound.recorder.close)
         t_rec = time.monotonic()
         if self.pc is not None:
             await close_peer(self.pc)
-        await self.viewers.close()
+        await self.outbound.viewers.close()
         t_pc = time.monotonic()
         others = [t for t in self._tasks if t is not current]
         if others:
@@ -290,7 +242,7 @@ class Session:
 
     def _on_track(self, track) -> None:
         if track.kind == "audio":
-            self._spawn(self.microphone.consume(track), "mic")
+            self._spawn(self.inbound.microphone.consume(track), "mic")
         else:  # read and ignored, so aiortc's receive queue stays empty
             self._spawn(consume_microphone(track, self.sample_rate, lambda _: None), "inbound-video")
 
@@ -317,17 +269,9 @@ class Session:
         log.info("session %s: peer left (%s); its agent keeps the session", self.id, reason)
         await close_peer(pc)
 
-    def _video_played(self, out: VideoOut) -> None:
-        self.trace.released(time.monotonic(), out)
-        self.played.video_played(out)
-
-    def _on_mic(self, samples: np.ndarray) -> None:
+    def _heard(self, samples: np.ndarray) -> None:
         self.trace.heard(time.monotonic(), samples)
         self.liveness.heard()
-        if self.feeder.mode == "mirror":
-            self.mic.push(samples)
-        else:
-            self.voice.hear_user(samples, self.microphone.samples)
 
     # ---- control API ----------------------------------------------------------------------
 
@@ -345,10 +289,4 @@ class Session:
     def configure(
         self, mode: Mode | None, voice: str | None, barge_in: bool | None = None, user_audio: bool | None = None
     ) -> None:
-        self.voice.configure(voice, barge_in, user_audio)
-        if mode is not None and mode != self.feeder.mode:
-            if mode == "mirror":
-                self.voice.interrupt()
-            self.mic.clear()
-            self.voice.barge_in.reset()
-            self.feeder.mode = mode
+        self.inbound.configure(mode, voice, barge_in, user_audio)

@@ -36,8 +36,8 @@ async def test_demo_page_streams_avatar_from_fake_microphone(tmp_path):
         assert stats["frameWidth"] == 256
         assert stats["jitterBufferTarget"] == 0, "the page asks for the lowest receive delay"
         assert stats["framesDropped"] <= 0.05 * stats["framesDecoded"], stats
-        assert await wait_until(lambda: session.microphone.samples > 16_000 and session.microphone.peak > 0.05, 10), (
-            session.microphone.samples, session.microphone.peak)
+        mic = session.inbound.microphone
+        assert await wait_until(lambda: mic.samples > 16_000 and mic.peak > 0.05, 10), (mic.samples, mic.peak)
         assert await page.evaluate("window.avatarDemo.stats.server?.mic_seconds ?? 0") > 0.5
 
         errors = await page.evaluate("window.avatarDemo.events.filter(e => e.type === 'error')")

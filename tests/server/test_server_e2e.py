@@ -121,7 +121,7 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
             assert len(rx.pts) >= 0.5 * media_span * clock / period, np.unique(steps, return_counts=True)
         # A/V alignment: the server releases audio and video of media time t together (within a
         # frame); what the client receives agrees, up to the jitter of a contended two-core machine.
-        server_offset = srv.manager.sessions[session["session_id"]].sync.offset_s
+        server_offset = srv.manager.sessions[session["session_id"]].outbound.sync.offset_s
         assert abs(server_offset) <= 1 / 25, f"server A/V offset {server_offset * 1000:.1f} ms"
         offset = av_offset(video, audio)
         assert abs(offset) <= 3 / 25, f"client A/V offset {offset * 1000:.1f} ms"

@@ -223,11 +223,11 @@ async def test_pushed_audio_backlog_cap():
         await ws.send(json.dumps({"type": "speak", "text": "and more"}))
         assert (await next_event(ws, "error"))["code"] == "audio_backlog"
         session = srv.manager.sessions[s["session_id"]]
-        assert session.voice.speech.pending_samples <= 16000
+        assert session.inbound.voice.speech.pending_samples <= 16000
         await ws.send(json.dumps({"type": "interrupt"}))
         finished = await next_event(ws, "playback.finished")
         assert finished == {"type": "playback.finished", "utterance_id": "full", "pts": None, "interrupted": True}
-        assert session.voice.speech.pending_samples == 0
+        assert session.inbound.voice.speech.pending_samples == 0
 
 
 async def test_binary_audio_without_header_and_speech_in_mirror_mode_are_refused():
@@ -357,6 +357,7 @@ async def test_an_agent_session_outlives_a_peer_that_leaves_and_takes_the_next(m
             assert await wait_until(lambda: session.pc is None, 10)
             assert sid in srv.manager.sessions and not session.closing
             assert peer.connectionState == "closed"
-        assert srv.manager.sessions[sid].broadcast.video.subscribers == 0  # the peers' tracks left the broadcast
+        broadcast = srv.manager.sessions[sid].outbound.broadcast
+        assert broadcast.video.subscribers == 0  # the peers' tracks left the broadcast
         await ws.close()
         assert await wait_until(lambda: sid not in srv.manager.sessions, 5)

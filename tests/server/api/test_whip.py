@@ -33,12 +33,12 @@ async def test_published_speech_drives_the_avatar_for_every_viewer(monkeypatch):
         async with whip_publisher(srv, session, SpeechTrack(speech_pcm16(), loop=True)) as publisher, \
                 whep_viewer(srv, session) as first, whep_viewer(srv, session) as second:
             assert publisher.location.startswith(f"/v1/sessions/{sid}/whip/")
-            assert first.location != second.location and len(live.viewers) == 2
+            assert first.location != second.location and len(live.outbound.viewers) == 2
             t0 = time.monotonic()
             assert await wait_until(lambda: min(len(first.media.video), len(second.media.video)) >= 150, 40), (
                 len(first.media.video), len(second.media.video))
             # The published audio is the session's microphone.
-            assert live.microphone.samples > 16_000 and live.microphone.peak > 0.05
+            assert live.inbound.microphone.samples > 16_000 and live.inbound.microphone.peak > 0.05
             for viewer in (first, second):
                 assert {rgb.shape for _, _, rgb in viewer.media.video} == {(256, 256, 3)}
                 assert viewer.media.loud_packets(since=t0) > 25  # the avatar's voice (mirror: the speech)
@@ -48,7 +48,7 @@ async def test_published_speech_drives_the_avatar_for_every_viewer(monkeypatch):
 
             # A viewer leaves; the other keeps getting frames; the publisher's DELETE ends the session.
             res = await srv.http.delete(first.location, headers=bearer(session["token"]))
-            assert res.status_code == 200 and len(live.viewers) == 1
+            assert res.status_code == 200 and len(live.outbound.viewers) == 1
             seen = len(second.media.video)
             assert await wait_until(lambda: len(second.media.video) > seen + 25, 10)
             assert (await srv.http.delete(first.location, headers=bearer(session["token"]))).status_code == 404

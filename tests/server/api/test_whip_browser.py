@@ -42,7 +42,7 @@ async def test_whip_whep_clients_from_another_origin_drive_and_watch_the_avatar(
             assert await page.evaluate("window.whipTest.error") is None, console
             session = await page.evaluate("window.whipTest.session")
             live = srv.manager.sessions[session["session_id"]]
-            assert live.ingest_id is not None and len(live.viewers) == 1
+            assert live.ingest_id is not None and len(live.outbound.viewers) == 1
 
             async with whep_viewer(srv, session) as viewer:
                 t0 = time.monotonic()
@@ -50,7 +50,8 @@ async def test_whip_whep_clients_from_another_origin_drive_and_watch_the_avatar(
                 stats = await page.evaluate("whipStats()")
                 # The page's microphone reached the session over WHIP ...
                 assert stats["publisher"] == "connected" and stats["micPacketsSent"] > 100, stats
-                assert live.microphone.samples > 32_000 and live.microphone.peak > 0.05, live.microphone.peak
+                mic = live.inbound.microphone
+                assert mic.samples > 32_000 and mic.peak > 0.05, mic.peak
                 # ... the page's own WHEP viewer decodes the avatar and hears its voice ...
                 assert stats["viewer"] == "connected" and stats["framesDecoded"] >= 100, stats
                 assert stats["audioSamples"] > 48_000 and stats["voice"]["loud"] > 25, stats

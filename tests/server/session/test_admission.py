@@ -47,10 +47,10 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
             slow = engine.workers()[0].stats.real_time == 0  # a machine too slow for one session at best quality
             assert not slow or len(lives) == 1, "too slow a worker takes one session, not more"
             assert await wait_until(lambda: all(len(live.media.video) >= 25 for live in lives), 30)
-            before = {live.id: srv.manager.sessions[live.id].playout.stats() for live in lives}
+            before = {live.id: srv.manager.sessions[live.id].outbound.playout.stats() for live in lives}
             await asyncio.sleep(STREAM_S)  # real-time streaming at full load
             for live in lives:
-                after = srv.manager.sessions[live.id].playout.stats()
+                after = srv.manager.sessions[live.id].outbound.playout.stats()
                 shown = after.frames_shown - before[live.id].frames_shown
                 misses = after.deadline_misses - before[live.id].deadline_misses
                 if slow:  # it streams on as well as the machine allows: it keeps up, or it steps down

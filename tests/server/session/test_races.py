@@ -31,7 +31,7 @@ async def test_parallel_whep_offers_get_exactly_the_viewer_limit(monkeypatch):
             codes = sorted(res.status_code for res in answers)
             assert codes == [201] * 4 + [503] * 8, codes
             assert {res.json()["error"]["code"] for res in answers if res.status_code == 503} == {"too_many_viewers"}
-            assert len(srv.manager.sessions[session["session_id"]].viewers) == 4
+            assert len(srv.manager.sessions[session["session_id"]].outbound.viewers) == 4
         finally:
             await asyncio.gather(*(pc.close() for pc in pcs))
 

@@ -20,7 +20,8 @@ class Viewers:
 def session(pc=None, created_at: float = 100.0, viewers: Viewers | None = None) -> SimpleNamespace:
     times = SimpleNamespace(created_at=created_at, offered_at=created_at, last_heard_at=created_at,
                             viewers_waiting_since=created_at)
-    return SimpleNamespace(closing=False, liveness=times, pc=pc, viewers=viewers or Viewers(), control_attached=False)
+    outbound = SimpleNamespace(viewers=viewers or Viewers())
+    return SimpleNamespace(closing=False, liveness=times, pc=pc, outbound=outbound, control_attached=False)
 
 
 class Receiver:

@@ -89,13 +89,13 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
         await ev.send({"type": "audio.commit"})
         started = await ev.wait("playback.started", "long")
         session = srv.manager.sessions[live.id]
-        gate = session.voice.gate
+        gate = session.inbound.voice.gate
         assert await wait_until(lambda: gate.released_until >= (started["pts"] + 1.5) * SR, 10)  # 1.5 s heard
         t_interrupt = time.monotonic()
         await ev.send({"type": "interrupt"})
         finished = await ev.wait("playback.finished", "long", timeout_s=2)
         t_finished = ev.at("playback.finished", "long")
-        _, cut, fed = session.voice.interrupts[-1]
+        _, cut, fed = session.inbound.voice.interrupts[-1]
         # What was generated before the interrupt (up to `fed`) has played out, and the client got it.
         assert await wait_until(lambda: gate.released_until >= fed + 0.2 * SR, 10)
         t_released = time.monotonic()
@@ -109,14 +109,14 @@ async def test_interrupt_stops_the_voice_within_200_ms_of_media_time(monkeypatch
         # Media latency at the server: the last packet released with any voice in it ends at most
         # 200 ms of media time after the cut (by design: one 20 ms packet), though up to `fed` had
         # already been handed to the engine (about a second more of tone).
-        last_voiced = session.voice.gate.last_voiced_until
+        last_voiced = session.inbound.voice.gate.last_voiced_until
         media_latency = (last_voiced - cut) / SR
         assert media_latency <= 0.2, media_latency
         assert (fed - cut) / SR > 0.3  # there really was audio in flight to silence
         # Nor were its pictures shown: every frame of the cut audio went out as the face at rest.
-        assert session.resting.replaced >= (fed - cut) // (SR // session.fps) - 1
+        assert session.outbound.resting.replaced >= (fed - cut) // (SR // session.fps) - 1
         metrics = (await srv.http.get("/metrics")).text
-        assert f"avatar_interrupt_frames_rested_total {float(session.resting.replaced)}" in metrics
+        assert f"avatar_interrupt_frames_rested_total {float(session.outbound.resting.replaced)}" in metrics
         # What the client heard: the tone for as long as it played before the cut, and at most
         # 200 ms of media time more (counted in received 20 ms packets, so stalls cannot hide it).
         loud_s = live.media.loud_packets() * PACKET_S

@@ -1,0 +1,98 @@
+"""A session's audio-in pipeline: what drives the avatar.
+
+The microphone (a browser's, or a WHIP publisher's) and the agent's speech (text through the
+TTS, or pushed PCM) come in; the feed clock takes them on in real time (the user's voice in
+mirror mode, the agent's in agent mode, silence otherwise) and the feed loop hands each block
+to the engine link. In agent mode the microphone feeds only voice activity detection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from server.base.engine_link import EngineLink
+from server.base.metrics import ServerMetrics
+from server.base.protocol import Mode, ServerEvent, SessionCreate
+from server.config import Settings
+from server.media.microphone import MicrophoneIntake, SampleFifo
+from server.session.feed_loop import FeedLoop
+from server.session.feeder import Feeder
+from server.voice.agent import AgentVoice
+from server.voice.speech import SpeechQueue
+from server.voice.tts import TTSBackend
+
+
+class Inbound:
+    """Microphone intake -> mirror FIFO | agent voice -> feed clock -> feed loop -> engine link.
+
+    ``microphone.samples`` counts what was heard; ``feeder.fed`` what the engine was given."""
+
+    def __init__(
+        self,
+        session_id: str,
+        options: SessionCreate,
+        settings: Settings,
+        link: EngineLink,
+        generated_samples: Callable[[], int],
+        metrics: ServerMetrics,
+        emit: Callable[[ServerEvent], None],
+        on_heard: Callable[[np.ndarray], None],
+        on_fed: Callable[[float, int, np.ndarray], None],
+        tts: TTSBackend | None = None,
+    ) -> None:
+        sr, fps = link.info.sample_rate, link.info.fps
+        speech = SpeechQueue(int(settings.max_audio_backlog_s * sr), settings.max_queued_utterances)
+        self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
+        self.feeder = Feeder(
+            sr,
+            speech,
+            self.mic,
+            settings.feed_holdback_s,
+            int(settings.max_engine_backlog_s * sr),
+            options.mode or settings.default_mode,
+            int(settings.agent_engine_backlog_s * sr),
+        )
+        self.voice = AgentVoice(
+            speech,
+            self.feeder,
+            sr,
+            fps,
+            settings.max_text_chars,
+            settings.vad_config(),
+            options.voice or settings.voice,
+            settings.barge_in if options.barge_in is None else options.barge_in,
+            settings.user_audio if options.user_audio is None else options.user_audio,
+            emit,
+            metrics,
+            tts,
+        )
+        self.voice.on_cut = link.silence_from  # an interrupt silences the engine's audio from the cut on
+        self._on_heard = on_heard
+        self.microphone = MicrophoneIntake(sr, metrics, self._heard)
+        self.feed_loop = FeedLoop(
+            session_id, self.feeder, link, generated_samples, self.voice.tracker, emit, settings.feed_tick_s, on_fed
+        )
+
+    @property
+    def mode(self) -> Mode:
+        return self.feeder.mode
+
+    def _heard(self, samples: np.ndarray) -> None:
+        self._on_heard(samples)
+        if self.feeder.mode == "mirror":
+            self.mic.push(samples)
+        else:
+            self.voice.hear_user(samples, self.microphone.samples)
+
+    def configure(
+        self, mode: Mode | None, voice: str | None, barge_in: bool | None = None, user_audio: bool | None = None
+    ) -> None:
+        self.voice.configure(voice, barge_in, user_audio)
+        if mode is not None and mode != self.feeder.mode:
+            if mode == "mirror":
+                self.voice.interrupt()
+            self.mic.clear()
+            self.voice.barge_in.reset()
+            self.feeder.mode = mode
