@@ -21,6 +21,15 @@ FPS = 25
 MARK = 5  # half-size of the mark in pixels
 
 
+def portrait_rig(name: str) -> PhotoRig:
+    """The photo rig of one of the test portraits (``engine/eval/portraits``): the person filmed."""
+    from engine.eval.mouths import portraits
+    from engine.photo.avatar import photo_avatar
+
+    photo = photo_avatar(dict(portraits())[name])
+    return PhotoRig.from_photo(photo.image, photo.face)
+
+
 def mouth_centre(landmarks: np.ndarray) -> np.ndarray:
     return landmarks[list(LIPS_INNER_UPPER) + list(LIPS_INNER_LOWER), :2].mean(0)
 

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, chromium
-from personal_helpers import jaw_track, write_footage
+from personal_helpers import jaw_track, portrait_rig, write_footage
 from server_helpers import make_settings, running_server, wait_until
 
 from engine.face.rig import FaceMotion, PhotoRig
@@ -24,11 +24,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def speaker():
-    from engine.eval.mouths import portraits
-    from engine.photo.avatar import photo_avatar
-
-    photo = photo_avatar(dict(portraits())["filippo_giunchedi"])
-    return PhotoRig.from_photo(photo.image, photo.face)
+    return portrait_rig("filippo_giunchedi")
 
 
 def write_y4m(path, rig: PhotoRig, seconds: float, fps: int = 15, side: int = 384) -> None:

@@ -6,22 +6,17 @@ import wave
 import av
 import numpy as np
 import pytest
-from personal_helpers import jaw_track, write_footage
+from personal_helpers import jaw_track, portrait_rig, write_footage
 
 from engine.cli import main
-from engine.face.rig import PhotoRig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    from engine.eval.mouths import portraits
-    from engine.photo.avatar import photo_avatar
-
-    photo = photo_avatar(dict(portraits())["christophe_henner"])
     path = tmp_path_factory.mktemp("clip") / "me.mp4"
-    write_footage(path, PhotoRig.from_photo(photo.image, photo.face), jaw_track(11.0))
+    write_footage(path, portrait_rig("christophe_henner"), jaw_track(11.0))
     return path
 
 

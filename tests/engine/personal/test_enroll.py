@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from personal_helpers import jaw_track, mark_level, write_footage, write_long_blank
+from personal_helpers import jaw_track, mark_level, portrait_rig, write_footage, write_long_blank
 
 from engine.face.rig import FaceMotion, PhotoRig
 from engine.personal.enroll import EnrollError, enroll, scan
@@ -12,11 +12,7 @@ from engine.personal.enroll import EnrollError, enroll, scan
 
 @pytest.fixture(scope="module")
 def speaker():
-    from engine.eval.mouths import portraits
-    from engine.photo.avatar import photo_avatar
-
-    photo = photo_avatar(dict(portraits())["filippo_giunchedi"])
-    return PhotoRig.from_photo(photo.image, photo.face)
+    return portrait_rig("filippo_giunchedi")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from agent_helpers import append_message, live_session
-from personal_helpers import jaw_track, mark_level, write_footage
+from personal_helpers import jaw_track, mark_level, portrait_rig, write_footage
 from server_helpers import loopback_only, make_settings, running_server, speech_pcm16, wait_until
 
 from engine.face.rig import PhotoRig
@@ -16,12 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    from engine.eval.mouths import portraits
-    from engine.photo.avatar import photo_avatar
-
-    photo = photo_avatar(dict(portraits())["filippo_giunchedi"])
     path = tmp_path_factory.mktemp("clip") / "me.mp4"
-    write_footage(path, PhotoRig.from_photo(photo.image, photo.face), jaw_track(11.0))
+    write_footage(path, portrait_rig("filippo_giunchedi"), jaw_track(11.0))
     return path.read_bytes()
 
 
