@@ -127,25 +127,13 @@ class AvatarSession:
         Returns the ``RTCPeerConnection``; read its receivers' tracks (and keep reading them:
         an unread track buffers without limit). Closed by :meth:`close`.
         """
-        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
 
         servers = ice_servers if ice_servers is not None else [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential) for s in self.info.ice_servers
         ]
         self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
-        if mic is not None:
-            pc.addTrack(mic)
-        else:
-            pc.addTransceiver("audio", direction="recvonly")
-        pc.addTransceiver("video", direction="recvonly")
-        await pc.setLocalDescription(await pc.createOffer())
-        res = await self._http.post(
-            f"/v1/sessions/{self.id}/offer",
-            json={"sdp": pc.localDescription.sdp, "type": "offer"},
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
-        _raise_for(res)
-        await pc.setRemoteDescription(RTCSessionDescription(**res.json()))
+        await offer_media(self._http, self.id, self.token, pc, mic)
         return pc
 
     async def close(self) -> None:
@@ -330,6 +318,26 @@ class AvatarSession:
 
     def _new_id(self, kind: str) -> str:
         return f"{kind}_{self._prefix}_{next(self._ids)}"
+
+
+async def offer_media(http: httpx.AsyncClient, session_id: str, token: str, pc, mic=None) -> None:
+    """Offer the aiortc peer ``pc`` to a session (sending ``mic``, or receiving audio only, and
+    receiving the avatar's video) and apply the server's answer; ``http`` has the server as its base URL."""
+    from aiortc import RTCSessionDescription
+
+    if mic is not None:
+        pc.addTrack(mic)
+    else:
+        pc.addTransceiver("audio", direction="recvonly")
+    pc.addTransceiver("video", direction="recvonly")
+    await pc.setLocalDescription(await pc.createOffer())
+    res = await http.post(
+        f"/v1/sessions/{session_id}/offer",
+        json={"sdp": pc.localDescription.sdp, "type": "offer"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    _raise_for(res)
+    await pc.setRemoteDescription(RTCSessionDescription(**res.json()))
 
 
 def _pcm16_bytes(pcm: bytes | np.ndarray) -> bytes:

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import torch
 import uvicorn
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError
 
 from engine.pipeline import Pipeline
@@ -30,6 +30,7 @@ from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
 from server.api.uvicorn_config import server_config
 from server.base.engine_link import Engine
+from server.client import offer_media
 from server.config import Settings
 from server.voice.tts import _read_wav
 
@@ -294,19 +295,7 @@ async def collect(track: MediaStreamTrack, into: Received, until: asyncio.Event,
 async def connect_client(srv: Running, session: dict, mic: MediaStreamTrack | None) -> RTCPeerConnection:
     """Offer from an aiortc client (mic track, or recv-only audio) and apply the server's answer."""
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    if mic is not None:
-        pc.addTrack(mic)
-    else:
-        pc.addTransceiver("audio", direction="recvonly")
-    pc.addTransceiver("video", direction="recvonly")
-    await pc.setLocalDescription(await pc.createOffer())
-    res = await srv.http.post(
-        f"/v1/sessions/{session['session_id']}/offer",
-        json={"sdp": pc.localDescription.sdp, "type": "offer"},
-        headers={"Authorization": f"Bearer {session['token']}"},
-    )
-    res.raise_for_status()
-    await pc.setRemoteDescription(RTCSessionDescription(**res.json()))
+    await offer_media(srv.http, session["session_id"], session["token"], pc, mic)
     return pc
 
 
