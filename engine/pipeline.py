@@ -38,7 +38,7 @@ from engine.stages.context_gen import ChunkContext, ContextGen, ContextRequest
 from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
 from engine.stages.history import HistoryWindow
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
-from engine.state import AudioBuffer, LatentWindow, ReferenceConditioning, RollingState
+from engine.state import AudioBuffer, AudioFed, LatentWindow, ReferenceConditioning, RollingState
 
 if TYPE_CHECKING:
     from engine.photo.avatar import PhotoAvatar
@@ -395,7 +395,7 @@ class _Work:
     schedule: ChunkSchedule
 
 
-class StreamSession:
+class StreamSession(AudioFed):
     """One avatar session's rolling state and schedule position."""
 
     def __init__(self, pipeline: Pipeline, reference: ReferenceConditioning, seed: int,
@@ -422,27 +422,12 @@ class StreamSession:
         return self.pipe.frame_size
 
     # --- audio in -------------------------------------------------------------------
-    def feed(self, pcm: np.ndarray) -> None:
-        """Float32 mono samples at the pipeline's sample rate (thread-safe)."""
-        self.audio.feed(pcm)
-
-    def close_input(self) -> None:
-        self.audio.close()
-
-    def silence_from(self, sample: int) -> int:
-        """Zero the audio fed at or after ``sample`` that no frame was made of yet (an
-        interrupt: the face stops speaking where the voice was cut). Thread-safe."""
-        return self.audio.silence_from(sample)
-
     def _total_n_chunks(self) -> int | None:
         """N chunks the stream needs, once the input is closed."""
         if not self.audio.closed:
             return None
         frames = -(-self.audio.total // self._spf)
         return -(-latent_count(frames, self._td) // self.pipe.config.schedule.chunk)
-
-    def _frame_limit(self) -> int | None:
-        return -(-self.audio.total // self._spf) if self.audio.closed else None
 
     # --- quality ------------------------------------------------------------------------
     @property

@@ -136,6 +136,30 @@ class AudioBuffer:
             return self._data.nbytes + sum(p.nbytes for p in self._parts)
 
 
+class AudioFed:
+    """A session fed its audio in order through an :class:`AudioBuffer` (``audio``), ``spf``
+    samples a frame: what the model's sessions and the puppet's share."""
+
+    audio: AudioBuffer
+    _spf: int
+
+    def feed(self, pcm: np.ndarray) -> None:
+        """Float32 mono samples at the pipeline's sample rate (thread-safe)."""
+        self.audio.feed(pcm)
+
+    def close_input(self) -> None:
+        self.audio.close()
+
+    def silence_from(self, sample: int) -> int:
+        """Zero the audio fed at or after ``sample`` that no frame was made of yet (an
+        interrupt: the face stops speaking where the voice was cut). Thread-safe."""
+        return self.audio.silence_from(sample)
+
+    def _frame_limit(self) -> int | None:
+        """Frames the stream has in all, once the input is closed (a partial last frame counts)."""
+        return -(-self.audio.total // self._spf) if self.audio.closed else None
+
+
 @dataclass
 class Counters:
     next_n: int = 0  # next N chunk to run

@@ -25,7 +25,7 @@ from engine.puppet.draw import render
 from engine.puppet.identity import Identity, get_identity
 from engine.puppet.stream import FaceTracker
 from engine.quality import Quality
-from engine.state import AudioBuffer
+from engine.state import AudioBuffer, AudioFed
 
 CHUNK_FRAMES = 4
 
@@ -112,7 +112,7 @@ class PuppetPipeline(ConfiguredEngine):
         return BatchResult(frames, timings)
 
 
-class PuppetSession:
+class PuppetSession(AudioFed):
     """One stream: audio in, one face state per frame from the streaming tracker, each frame
     drawn and published once, in order. Holds the tracker's constant-size state and the
     audio not yet published."""
@@ -137,24 +137,9 @@ class PuppetSession:
     def frame_size(self) -> tuple[int, int]:
         return self.pipe.frame_size
 
-    def feed(self, pcm: np.ndarray) -> None:
-        """Float32 mono samples at the pipeline's sample rate (thread-safe)."""
-        self.audio.feed(pcm)
-
-    def close_input(self) -> None:
-        self.audio.close()
-
-    def silence_from(self, sample: int) -> int:
-        """Zero the audio fed at or after ``sample`` that is not drawn yet (thread-safe)."""
-        return self.audio.silence_from(sample)
-
     def set_quality(self, quality: Quality) -> None:
         """Kept and reported, nothing more: the puppet has no I chunks, steps or guidance."""
         self.quality = quality
-
-    def _frame_limit(self) -> int | None:
-        """Frames the stream has in all, once the input is closed (a partial last frame counts)."""
-        return -(-self.audio.total // self._spf) if self.audio.closed else None
 
     def _next_count(self, limit: int | None) -> int:
         """Frames the next step publishes: a whole chunk once its audio is in, the rest at the end."""
