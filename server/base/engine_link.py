@@ -159,18 +159,13 @@ class EngineLink:
         self.frame_size = stream.slots.height, stream.slots.width  # a photo session's differ from info's
         self.preset = preset
         self.name = name
-        self.fed = 0  # samples pushed so far: the engine timeline's length
         self._origin: float | None = None
 
-    def prefill(self, samples: np.ndarray) -> None:
-        """Silence ahead of real time, so the first chunk runs before the clock starts."""
-        self.feed(samples)
-
-    def feed(self, samples: np.ndarray) -> None:
-        """Audio for the engine's timeline, in order."""
+    def feed(self, start: int, samples: np.ndarray) -> None:
+        """Audio for the engine's timeline from sample ``start`` on, in order (the feed clock
+        counts the samples fed)."""
         if samples.size:
-            self.stream.push_audio(self.fed, samples)
-            self.fed += samples.size
+            self.stream.push_audio(start, samples)
 
     def silence_from(self, sample: int) -> None:
         """An interrupt: audio the engine holds from ``sample`` on becomes silence."""

@@ -69,6 +69,6 @@ class FeedLoop:
                         self._tracker.fed(seg.utterance_id, block.start + seg.end)
                     if seg.last:
                         self._tracker.end(seg.utterance_id)
-                self._link.feed(block.samples)
+                self._link.feed(block.start, block.samples)
                 self._on_fed(now, block.start, block.samples)
             await asyncio.sleep(self._tick_s)

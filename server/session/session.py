@@ -117,7 +117,8 @@ class Session:
     def start_engine(self) -> None:
         """Prefill silence so the engine computes the first chunk now, before the browser's offer,
         then take its frames for the session's life."""
-        self.link.prefill(self.inbound.feeder.prefill(self.link.stream.first_chunk_samples).samples)
+        silence = self.inbound.feeder.prefill(self.link.stream.first_chunk_samples)  # ahead of real time
+        self.link.feed(silence.start, silence.samples)
         self.liveness.engine_started_at = time.monotonic()
         self.engine_started.set()
         self._spawn(self._take_frames(), "engine-frames")
