@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -212,7 +212,7 @@ class MessagePace:
     :meth:`wait` before each read; past the burst the socket is read at ``rate``, so a flooding
     client's own sends back up and the server's work per socket stays bounded."""
 
-    def __init__(self, rate: float, clock=time.monotonic) -> None:
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = rate
         self.burst = 2 * rate
         self._tokens = self.burst
