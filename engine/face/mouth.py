@@ -45,6 +45,7 @@ LOWER_SHADOW = (0.25, 0.03)
 CORNER_SHADOW = 0.7
 WET_EDGE = 0.012  # mouth widths: the wet inner lip's band inside the opening
 WET_SHEEN = 0.22
+PRESS_LINE, PRESS_LINE_WIDTH = 0.35, 1.2  # pressed lips: the line between them this much darker, this wide (px)
 
 
 def smooth_contour(points: np.ndarray, per_segment: int = 4) -> np.ndarray:
@@ -107,6 +108,24 @@ class Opening:
         region = out[self.y0 : self.y1, self.x0 : self.x1].astype(np.float32)
         out[self.y0 : self.y1, self.x0 : self.x1] = np.clip(region + (col - region) * alpha + 0.5, 0, 255).astype(
             np.uint8)
+
+
+def press_line(out: np.ndarray, landmarks: np.ndarray, amount: float) -> None:
+    """Deepen the line where closed lips meet (in place): pressed lips show it darker, fading out
+    towards the corners. ``amount`` in [0, 1]."""
+    opening = Opening.of(landmarks, out.shape[:2])
+    if opening is None or amount <= 0:
+        return
+    up, lo = opening.upper, opening.lower
+    xs = np.arange(opening.x0, opening.x1, dtype=np.float32)
+    middle = (np.interp(xs, *up[np.argsort(up[:, 0])].T) + np.interp(xs, *lo[np.argsort(lo[:, 0])].T)) / 2
+    ys = np.arange(opening.y0, opening.y1, dtype=np.float32)[:, None]
+    cx, hw = (up[0, 0] + up[-1, 0]) / 2, max(abs(up[-1, 0] - up[0, 0]) / 2, 1.0)
+    along = np.clip(1 - np.abs(xs - cx) / hw, 0, 1) ** 0.5
+    dark = PRESS_LINE * amount * np.exp(-(((ys - middle[None, :]) / PRESS_LINE_WIDTH) ** 2)) * along[None, :]
+    region = out[opening.y0 : opening.y1, opening.x0 : opening.x1].astype(np.float32)
+    out[opening.y0 : opening.y1, opening.x0 : opening.x1] = np.clip(region * (1 - dark[..., None]) + 0.5, 0,
+                                                                     255).astype(np.uint8)
 
 
 def _compose(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ from engine.face.landmarks import (
     UPPER_LIP_CENTER,
     Face,
 )
-from engine.face.mouth import MouthFrame, MouthInterior
+from engine.face.mouth import MouthFrame, MouthInterior, press_line
 from engine.face.palette import mouth_palette
 from engine.puppet import FaceState
 
@@ -494,14 +494,16 @@ class PhotoRig:
         np.copyto(warped, src, where=still[..., None])
         out[y0:y1, x0:x1] = warped
         jaw = _clip(motion.jaw_open, 0, 1)
+        press = _clip(motion.press, 0, 1)
         if jaw > 0 or (close > 0 and self.lips.parted):
             skull = self._head_affine(motion)
             drop = jaw * TEETH_JAW_FOLLOW * self._jaw[LOWER_LIP_CENTER]
             opening = float(_smoothstep(jaw / 0.12))
-            # What a press leaves of a gap (a smile's own, closing): the lips meet there. Lips that
-            # meet in the photo already need nothing painted between them.
-            meeting = min(_clip(motion.press, 0, 1), close / CLOSE_MAX) * (1 - opening)
+            # What a press leaves of a gap (a smile's own, closing): the lips meet there.
+            meeting = min(press, close / CLOSE_MAX) * (1 - opening)
             self.mouth.paint(out, lm, skull, drop, max(opening, meeting), meeting)
+        elif press > 0:  # lips that meet in the photo already: pressed, the line between them deepens
+            press_line(out, lm, press)
         return out
 
     def _head_affine(self, motion: FaceMotion) -> np.ndarray:

@@ -47,7 +47,7 @@ DEPTH_FALLOFF = 15.0  # millimetres of depth that darken a crown by 1/e
 # neighbours' (fixed per crown, so the same teeth every frame).
 EDGE_JITTER = 0.35  # millimetres
 SHADE_JITTER = 0.05
-AMBIENT = 0.5  # how much of the mouth's own light the deepest crowns take on
+AMBIENT = 0.25  # how much of the mouth's own light the deepest crowns take on
 
 
 @dataclass(frozen=True)
