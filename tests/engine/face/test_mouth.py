@@ -72,3 +72,13 @@ def test_the_opening_is_a_smooth_curve_through_the_lip_points():
     assert len(curve) == 4 * (len(points) - 1) + 1
     assert np.allclose(curve[::4], points)  # through every point
     assert np.abs(np.diff(curve[:, 1], 2)).max() < np.abs(np.diff(points[:, 1], 2)).max()
+
+
+def test_lips_that_meet_in_the_photo_press_into_a_deeper_line(closed_rig):
+    assert not closed_rig.lips.parted
+    pressed = FaceMotion(press=1.0, talking=1.0)
+    rest, frame = closed_rig.render(FaceMotion(talking=1.0)), closed_rig.render(pressed)
+    seam = _column(closed_rig, frame, pressed, 0.5, inner=3)
+    before = _column(closed_rig, rest, pressed, 0.5, inner=3)
+    assert seam.mean() < 0.85 * before.mean(), (seam.mean(), before.mean())
+    assert np.array_equal(frame[: int(closed_rig.face_center[1])], rest[: int(closed_rig.face_center[1])])
