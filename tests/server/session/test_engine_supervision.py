@@ -46,7 +46,6 @@ async def test_a_worker_that_cannot_start_is_retried_with_back_off_and_health_re
     settings = make_settings(max_sessions=1, config="puppet")
     async with serving(create_app(settings, engine), settings) as srv:
         assert (await srv.http.get("/healthz")).status_code == 503
-        t0 = time.monotonic()
         assert await wait_until(lambda: len(load.attempts) >= 4, 10)
         worker = (await srv.http.get("/v1/engine")).json()["workers"][0]
         assert worker["state"] in ("failed", "lost") and not worker["alive"]
@@ -54,10 +53,10 @@ async def test_a_worker_that_cannot_start_is_retried_with_back_off_and_health_re
             assert "the weights are not there yet" in worker["error"]
         assert worker["start_failures"] >= 3 and worker["next_attempt_s"] is not None
         assert 0 <= worker["next_attempt_s"] <= BACKOFF_S[1]
-        # Starts back off: 0.2, 0.4, 0.8, 0.8 ... s apart, not as fast as a worker can fail.
+        # Starts back off: 0.2, 0.4, 0.8, 0.8 ... s apart (plus the start itself), not as fast as a worker can fail.
         gaps = [b - a for a, b in zip(load.attempts, load.attempts[1:], strict=False)]
-        assert all(gap >= 0.15 for gap in gaps), gaps
-        assert len(load.attempts) <= 2 + (time.monotonic() - t0) / 0.2
+        assert gaps[0] >= 0.15 and gaps[1] >= 0.3 and gaps[2] >= 0.6, gaps
+        assert all(gap >= 0.6 for gap in gaps[2:]), gaps  # the cap, 0.8 s, holds once reached
         load.failing = False  # the cause is gone: nobody restarts anything
         assert await wait_until(lambda: srv.manager.engine.available, 10)
         health = await srv.http.get("/healthz")
