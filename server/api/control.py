@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -30,6 +30,7 @@ from server.base.protocol import (
     Interrupt,
     Ping,
     Pong,
+    ServerEvent,
     Speak,
     client_message,
 )
@@ -115,6 +116,23 @@ async def serve_socket(ws: WebSocket, session: Session, read: Coroutine[Any, Any
             await ws.close(code=CLOSE_SESSION_ENDED, reason=f"session ended: {session.close_reason}")
 
 
+async def send_events(ws: WebSocket, next_event: Callable[[], Awaitable[ServerEvent]]) -> None:
+    """A socket's writer: each event as it comes, as JSON text."""
+    while True:
+        event = await next_event()
+        await ws.send_text(event.model_dump_json())
+
+
+async def receive_paced(ws: WebSocket, pace: MessagePace, on_message: Callable[[dict], Awaitable[None]]) -> None:
+    """A socket's reader: each message at the pace allowed, until the client disconnects."""
+    while True:
+        await pace.wait()
+        message = await ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        await on_message(message)
+
+
 class ControlConnection:
     def __init__(self, ws: WebSocket, session: Session, settings: Settings, metrics: ServerMetrics) -> None:
         self.ws = ws
@@ -127,28 +145,19 @@ class ControlConnection:
         self._binary_utterance: str | None = None
 
     async def run(self) -> None:
-        await serve_socket(self.ws, self.session, self._read(), self._write(), "control")
-
-    async def _write(self) -> None:
         if self.session.started.is_set():
             self.session.events.announce_ready()
-        while True:
-            event = await self.session.events.next()
-            await self.ws.send_text(event.model_dump_json())
+        read = receive_paced(self.ws, self.pace, self._on_message)
+        await serve_socket(self.ws, self.session, read, send_events(self.ws, self.session.events.next), "control")
 
-    async def _read(self) -> None:
-        while True:
-            await self.pace.wait()
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            try:
-                if message.get("bytes") is not None:
-                    self._on_binary(message["bytes"])
-                else:
-                    await self._on_text(message.get("text") or "")
-            except ControlError as exc:
-                self.session.events.emit(ErrorEvent(code=exc.code, message=exc.message))
+    async def _on_message(self, message: dict) -> None:
+        try:
+            if message.get("bytes") is not None:
+                self._on_binary(message["bytes"])
+            else:
+                await self._on_text(message.get("text") or "")
+        except ControlError as exc:
+            self.session.events.emit(ErrorEvent(code=exc.code, message=exc.message))
 
     def _on_binary(self, data: bytes) -> None:
         rate, self._binary_rate = self._binary_rate, None
@@ -247,25 +256,16 @@ class ObserverConnection:
         self.pace = pace
 
     async def run(self) -> None:
-        await serve_socket(self.ws, self.session, self._read(), self._write(), "observer")
+        read = receive_paced(self.ws, self.pace, self._on_message)
+        await serve_socket(self.ws, self.session, read, send_events(self.ws, self.queue.get), "observer")
 
-    async def _write(self) -> None:
-        while True:
-            event = await self.queue.get()
-            await self.ws.send_text(event.model_dump_json())
-
-    async def _read(self) -> None:
-        while True:
-            await self.pace.wait()
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text") or ""
-            try:
-                msg = client_message.validate_json(text) if len(text) < 1024 else None
-            except ValidationError:
-                msg = None
-            if isinstance(msg, Ping):
-                self.queue.put(Pong(id=msg.id, server_time=time.time()))
-            else:
-                self.queue.put(ErrorEvent(code="read_only", message="an observer socket takes no commands"))
+    async def _on_message(self, message: dict) -> None:
+        text = message.get("text") or ""
+        try:
+            msg = client_message.validate_json(text) if len(text) < 1024 else None
+        except ValidationError:
+            msg = None
+        if isinstance(msg, Ping):
+            self.queue.put(Pong(id=msg.id, server_time=time.time()))
+        else:
+            self.queue.put(ErrorEvent(code="read_only", message="an observer socket takes no commands"))
