@@ -68,18 +68,6 @@ class Session:
         self.outbound = Outbound(session_id, settings, link, self.inbound.voice, self.connected, self.liveness,
                                  self.trace, metrics, self.events.emit, self._viewer_connected, record_dir)
         self.ingest_id: str | None = None  # the WHIP resource, when the peer is a WHIP publisher
-        self.metrics_loop = MetricsLoop(
-            self.outbound.playout,
-            self.outbound.sync,
-            self.inbound.feeder,
-            self.outbound.generated,
-            self.link,
-            self.inbound.microphone,
-            self.outbound.played,
-            metrics,
-            self.events.emit,
-            settings.metrics_interval_s,
-        )
 
         self.pc: RTCPeerConnection | None = None
         self._peer_tracks: tuple[MediaStreamTrack, ...] = ()  # the peer's subscriptions to the broadcast
@@ -189,9 +177,16 @@ class Session:
         self.inbound.feeder.start(time.monotonic())
         self._spawn(self.outbound.broadcast.run(), "broadcast")
         self._spawn(self.inbound.feed_loop.run(), "feed")
-        self._spawn(self.metrics_loop.run(), "metrics")
+        self._spawn(self._metrics_loop().run(), "metrics")
         self.started.set()
         self.events.announce_ready()
+
+    def _metrics_loop(self) -> MetricsLoop:
+        """The once-a-second figures of both pipelines."""
+        inbound, outbound = self.inbound, self.outbound
+        return MetricsLoop(outbound.playout, outbound.sync, inbound.feeder, outbound.generated, self.link,
+                           inbound.microphone, outbound.played, self.metrics, self.events.emit,
+                           self.settings.metrics_interval_s)
 
     async def close(self, reason: str = "closed") -> None:
         """Free everything this session holds; idempotent, safe from any task."""
