@@ -28,6 +28,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from engine.eval.mesh import MeshReader
 from engine.face.landmarks import (
     CHIN,
     LEFT_EYE_LOWER,
@@ -128,8 +129,6 @@ class MouthChecks:
 
 def mouth_checks(photo: PhotoAvatar, seed: int = 0) -> MouthChecks:
     """The checks above for one photo avatar (about a hundred frames rendered and read)."""
-    from engine.eval.photo import MeshReader
-
     rig = PhotoRig.from_photo(photo.image, photo.face, photo.mouths)
     read = MeshReader(photo.face.box)
     shape = photo.image.shape[:2]

@@ -39,11 +39,11 @@ import numpy as np
 
 from engine.eval import metrics
 from engine.eval.material import make_clip
+from engine.eval.mesh import MeshReader, PhotoEvalError
 from engine.eval.mouths import THRESHOLDS as MOUTH_THRESHOLDS
 from engine.eval.mouths import MouthChecks, mouth_checks
 from engine.eval.run import jsonable, long_audio, pooled_lip_sync
 from engine.face.checks import FaceError
-from engine.face.detect import FaceBox, detect_faces
 from engine.face.landmarks import (
     FOREHEAD,
     LEFT_BROW,
@@ -58,7 +58,6 @@ from engine.face.landmarks import (
     RIGHT_EYE_UPPER,
     RIGHT_LID_CREASE,
     Face,
-    face_landmarks,
     lip_gap,
 )
 from engine.face.rig import PhotoRig
@@ -82,14 +81,6 @@ WINDOW_SECONDS = 1.0  # frames scored at each minute of the long session
 SEAM_BAND = 5  # pixels: width of the band along the composite boundary
 
 
-class PhotoEvalError(ValueError):
-    """The ``--image`` cannot be evaluated; ``reason`` is one line for a person."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
 def load_photo(path: str | Path) -> PhotoAvatar:
     """The photo avatar of an image file, or ``PhotoEvalError`` (unreadable, no usable face)."""
     try:
@@ -98,25 +89,6 @@ def load_photo(path: str | Path) -> PhotoAvatar:
         raise PhotoEvalError(str(exc)) from None
     except FaceError as exc:
         raise PhotoEvalError(f"{path}: {exc.reason}") from None
-
-
-# --- reading frames with the face mesh ---------------------------------------------------------
-
-
-class MeshReader:
-    """Landmarks of successive frames of one photo session: the detector finds the face on each
-    frame; where it misses one (a blurred or mid-blink frame) the last box is used again."""
-
-    def __init__(self, box: FaceBox | None) -> None:
-        self.box = box
-
-    def __call__(self, frame: np.ndarray) -> np.ndarray:
-        boxes = detect_faces(frame)
-        if boxes:
-            self.box = max(boxes, key=lambda b: b.width * b.height)
-        if self.box is None:
-            raise PhotoEvalError("the face mesh finds no face on a generated frame")
-        return face_landmarks(frame, self.box).landmarks
 
 
 def lip_openness(landmarks: np.ndarray) -> float:

@@ -6,6 +6,10 @@ import argparse
 import json
 
 
+class PersonalCliError(RuntimeError):
+    """One line for the person at the command line (``avatar`` prints it and exits 2)."""
+
+
 def _store(args: argparse.Namespace):
     from engine.avatars import avatar_names
     from engine.personal.store import AvatarStore
@@ -16,7 +20,6 @@ def _store(args: argparse.Namespace):
 def cmd_enroll(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from engine.cli import CliError
     from engine.personal.enroll import EnrollError, enroll
     from engine.personal.store import StoreError
 
@@ -32,7 +35,7 @@ def cmd_enroll(args: argparse.Namespace) -> int:
             avatar, report = enroll(args.video, progress)
         meta = store.save(args.name, avatar, report)
     except (EnrollError, StoreError) as exc:
-        raise CliError(f"{args.video}: {exc.reason}" if isinstance(exc, EnrollError) else exc.reason) from None
+        raise PersonalCliError(f"{args.video}: {exc.reason}" if isinstance(exc, EnrollError) else exc.reason) from None
     if not args.quiet:
         print(f"enrolled {args.name!r} in {store.root}: {meta['entries']} mouths from {meta['seconds']:.0f} s, "
               f"coverage {meta['coverage']:.0%} of the jaw's travel, {meta['disk_bytes'] / 1024:.0f} KB")
@@ -42,7 +45,6 @@ def cmd_enroll(args: argparse.Namespace) -> int:
 
 
 def cmd_avatars(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
     from engine.personal.store import StoreError
 
     store = _store(args)
@@ -58,11 +60,11 @@ def cmd_avatars(args: argparse.Namespace) -> int:
                 print(f"no personal avatars in {store.root}")
         else:
             if not args.name:
-                raise CliError("avatars rm needs a NAME")
+                raise PersonalCliError("avatars rm needs a NAME")
             store.remove(args.name)
             print(f"removed {args.name!r}")
     except StoreError as exc:
-        raise CliError(exc.reason) from None
+        raise PersonalCliError(exc.reason) from None
     return 0
 
 
