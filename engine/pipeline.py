@@ -30,12 +30,21 @@ from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
 from engine.modules.dit import KVBlock
 from engine.modules.super_resolution import pool_latents
 from engine.modules.vae import DecoderCache, latent_count, latent_frames
+from engine.photo.latent_reader import LATENT_READER_PATH, LatentMotionReader, load_latent_reader
 from engine.presets import Preset, preset_named
 from engine.quality import Quality
 from engine.schedule import ChunkPlan, ChunkSchedule
 from engine.stages.audio_to_video import A2VInput, AudioToVideo
 from engine.stages.context_gen import ChunkContext, ContextGen, ContextRequest
-from engine.stages.decode_publish import DecodeAndPublish, DecodeInput, frame_span, to_uint8
+from engine.stages.decode_publish import (
+    DecodeAndPublish,
+    DecodeInput,
+    frame_latent,
+    frame_span,
+    published_frames,
+    stamped,
+    to_uint8,
+)
 from engine.stages.history import HistoryWindow
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, AudioFed, LatentWindow, ReferenceConditioning, RollingState
@@ -112,6 +121,8 @@ class Pipeline(ConfiguredEngine):
         # straight at its first chunk. Read-only once made, so sessions (threads) share them.
         self._bundled: dict[str, ReferenceConditioning] = {}
         self._redraw: Redraw | None = None  # made at the first redrawn session's first frames
+        # Reads redrawn sessions' motion from their latents (no decoding); None: from decoded frames.
+        self.latent_reader: LatentMotionReader | None = None
 
     @classmethod
     def from_config(
@@ -150,6 +161,8 @@ class Pipeline(ConfiguredEngine):
         models.place(device, compute_dtype(config.dtype, device))
         pipe = cls(config, models, device)
         pipe.weights_loaded = loaded
+        if "dit" in loaded:  # a latent reader reads the latents of the DiT it was distilled from
+            pipe.latent_reader = load_latent_reader(folder / LATENT_READER_PATH.name)
         return pipe
 
     @property
@@ -184,6 +197,7 @@ class Pipeline(ConfiguredEngine):
         pipe = type(self)(config, self.models, self.device, steps or self.steps)
         pipe.weights_loaded = self.weights_loaded
         pipe._bundled = self._bundled  # same models, same reference encodings
+        pipe.latent_reader = self.latent_reader
         return pipe
 
     def reference(self, image: np.ndarray) -> ReferenceConditioning:
@@ -248,7 +262,8 @@ class Pipeline(ConfiguredEngine):
         if photo is not None or drawn:
             from engine.stages.redraw import RedrawState
 
-            redraw = RedrawState(self._drawer(avatar, photo), driver_image)
+            redraw = RedrawState(self._drawer(avatar, photo), driver_image, latent_reference=pool_latents(
+                conditioning.hr_latent, self.config.dit.lr_factor)[0])
         return StreamSession(self, conditioning, seed, redraw)
 
     def _drawer(self, avatar: str | Identity | None, photo: PhotoAvatar | None):
@@ -336,13 +351,38 @@ class Pipeline(ConfiguredEngine):
 
     def _publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
                  timings: dict[str, float]) -> list[list[PublishedFrame]]:
-        """Latents ``spans`` (as many for every session) through SR and the decoder, once for all."""
+        """Latents ``spans`` (as many for every session) made frames: redrawn sessions straight from
+        their latents where the engine has a latent reader, the others through SR and the decoder,
+        each group in one batch."""
         lo0, hi0 = spans[0]
         if hi0 <= lo0 or sessions[0].state.latents is None:
             return [[] for _ in sessions]
         for s, (lo, hi) in zip(sessions, spans, strict=True):
             if lo != s.state.counters.published or hi - lo != hi0 - lo0:
                 raise RuntimeError(f"publishing latents [{lo}, {hi}) but {s.state.counters.published} is next")
+        from_latents = [self.latent_reader is not None and s.redraw is not None for s in sessions]
+        frames: list[list[PublishedFrame]] = [[] for _ in sessions]
+        for read, publish in ((True, self._drawn_from_latents), (False, self._decoded)):
+            rows = [i for i, f in enumerate(from_latents) if f == read]
+            if rows:
+                made = publish([sessions[i] for i in rows], [spans[i] for i in rows], timings)
+                for i, f in zip(rows, made, strict=True):
+                    frames[i] = f
+        for s, (_, hi), f in zip(sessions, spans, frames, strict=True):
+            s.state.counters.published = hi
+            s.state.counters.frames += len(f)
+        return frames
+
+    def _audio(self, session: StreamSession, lo: int, hi: int) -> np.ndarray:
+        """The samples under latents [lo, hi)'s frames."""
+        f0, f1 = frame_span(lo, hi - lo, self.config.vae.temporal_down)
+        spf = self.config.samples_per_frame
+        return session.audio.read(f0 * spf, f1 * spf)
+
+    def _decoded(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """Latents through SR and the decoder, once for all; redrawn rows then read their motion
+        off the decoded driver frames."""
         states = [s.state for s in sessions]
         with _timed(timings, "sr"):
             lr = torch.stack([st.latents.get(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)])
@@ -350,22 +390,23 @@ class Pipeline(ConfiguredEngine):
             seeds = tuple(s.seed * 7919 + lo for s, (lo, _) in zip(sessions, spans, strict=True))
             hr = self.sr(SRInput(lr, refs, seeds)).latents
         with _timed(timings, "decode"):
-            td, spf = self.config.vae.temporal_down, self.config.samples_per_frame
-            audio = []
-            for s, (lo, hi) in zip(sessions, spans, strict=True):
-                f0, f1 = frame_span(lo, hi - lo, td)
-                audio.append(s.audio.read(f0 * spf, f1 * spf))
             out = self.decode(DecodeInput(
-                hr, tuple(lo for lo, _ in spans), DecoderCache.stack([st.decoder for st in states]), tuple(audio),
+                hr, tuple(lo for lo, _ in spans), DecoderCache.stack([st.decoder for st in states]),
+                tuple(self._audio(s, lo, hi) for s, (lo, hi) in zip(sessions, spans, strict=True)),
                 tuple(s._frame_limit() for s in sessions),
                 tuple(st.latents.origins(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)),
                 tuple(st.last_frame for st in states)))
             caches = out.cache.split([st.reference.decoder for st in states])
-        for st, (_, hi), cache, last, frames in zip(states, spans, caches, out.last, out.frames, strict=True):
+        for st, cache, last in zip(states, caches, out.last, strict=True):
             st.decoder, st.last_frame = cache, last
-            st.counters.published = hi
-            st.counters.frames += len(frames)
         return self._redrawn(sessions, out.frames, timings)
+
+    def _redraw_stage(self) -> Redraw:
+        if self._redraw is None:
+            from engine.stages.redraw import Redraw
+
+            self._redraw = Redraw(latent_reader=self.latent_reader)
+        return self._redraw
 
     def _redrawn(self, sessions: Sequence[StreamSession], frames: list[list[PublishedFrame]],
                  timings: dict[str, float]) -> list[list[PublishedFrame]]:
@@ -374,15 +415,34 @@ class Pipeline(ConfiguredEngine):
         if not redrawn:
             return frames
         with _timed(timings, "redraw"):
-            if self._redraw is None:
-                from engine.stages.redraw import Redraw
-
-                self._redraw = Redraw()
-            made, states = self._redraw([frames[i] for i in redrawn], [sessions[i].redraw for i in redrawn])
+            made, states = self._redraw_stage()([frames[i] for i in redrawn], [sessions[i].redraw for i in redrawn])
         frames = list(frames)
         for i, f, st in zip(redrawn, made, states, strict=True):
             frames[i], sessions[i].redraw = f, st
         return frames
+
+    def _drawn_from_latents(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                            timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """Redrawn sessions' frames at the motion their latents give: no SR, no decoder."""
+        td = self.config.vae.temporal_down
+        with _timed(timings, "redraw"):
+            stage = self._redraw_stage()
+            shown, slots = [], []
+            for s, (lo, hi) in zip(sessions, spans, strict=True):
+                frames = published_frames(lo, hi - lo, s._frame_limit(), td)
+                shown.append(frames)
+                slots.append([(g - lo) * td + n - latent_frames(g, td)[0]
+                              for n in frames for g in (frame_latent(n, td),)])
+            motions, states = stage.read_latents([s.state.latents.get(lo, hi) for s, (lo, hi) in
+                                                  zip(sessions, spans, strict=True)], slots,
+                                                 [s.redraw for s in sessions])
+            images, states = stage.draw(motions, states)
+            out = []
+            for s, (lo, hi), frames, made, st in zip(sessions, spans, shown, images, states, strict=True):
+                s.redraw = st
+                out.append(stamped(frames, made, lo, self._audio(s, lo, hi), s.state.latents.origins(lo, hi),
+                                   self.config.fps, self.config.audio.sample_rate, td))
+        return out
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,17 @@ class Block(nn.Module):
         q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).unbind(2)
         return self.q_norm(q), self.k_norm(k), v
 
+    def _attention_input(self, x: torch.Tensor, mod: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The modulated tokens (B, F * T, D) attention reads, and the six modulation terms."""
+        b, f, t, d = x.shape
+        terms = (mod + self.mod).unsqueeze(3).unbind(2)
+        return (self.norm1(x) * (1 + terms[1]) + terms[0]).reshape(b, f * t, d), terms
+
+    def keys_values(self, x: torch.Tensor, mod: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Only this block's un-roped K, V of tokens ``x``: all a history pass needs of the last block."""
+        _, k, v = self.qkv_heads(self._attention_input(x, mod)[0])
+        return k, v
+
     def forward(
         self,
         x: torch.Tensor,  # (B, F, T, D)
@@ -184,8 +195,7 @@ class Block(nn.Module):
         attend: Attention = ONE_DEVICE.attend,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, f, t, d = x.shape
-        shift1, scale1, gate1, shift2, scale2, gate2 = (mod + self.mod).unsqueeze(3).unbind(2)
-        h = (self.norm1(x) * (1 + scale1) + shift1).reshape(b, f * t, d)
+        h, (shift1, scale1, gate1, shift2, scale2, gate2) = self._attention_input(x, mod)
         q, k, v = self.qkv_heads(h)
         qr, kr = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
         att = attend(qr, kr, v.transpose(1, 2), ctx_k, ctx_v).transpose(1, 2).reshape(b, f, t, d)
@@ -273,9 +283,10 @@ class A2VDiT(Module):
 
     def _run(
         self, tokens: torch.Tensor, t: torch.Tensor, slots: torch.Tensor, ctx: AttnContext | None,
-        audio: torch.Tensor | None, reference: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tokens (B, F, T, in) -> output tokens and per-layer un-roped K, V of these tokens."""
+        audio: torch.Tensor | None, reference: bool = False, kv_only: bool = False,
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """Tokens (B, F, T, in) -> output tokens and per-layer un-roped K, V of these tokens;
+        ``kv_only``: the K, V alone (no output tokens: the last block stops at its K, V)."""
         x = self.patch_embed(tokens.to(self.dtype))
         if reference:
             x = x + self.ref_embed
@@ -284,20 +295,24 @@ class A2VDiT(Module):
         audio = audio.to(self.dtype) if audio is not None else None
         if self.trunk is not None:
             return self.trunk(self, x, mod, emb, cos, sin, ctx, audio)
-        x, k, v = self.run_blocks(range(len(self.blocks)), x, mod, cos, sin, ctx, audio)
-        return self.final(x, emb), k, v
+        x, k, v = self.run_blocks(range(len(self.blocks)), x, mod, cos, sin, ctx, audio, kv_only)
+        return (None if kv_only else self.final(x, emb)), k, v
 
     def run_blocks(
         self, blocks: Sequence[int], x: torch.Tensor, mod: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-        ctx: AttnContext | None, audio: torch.Tensor | None,
+        ctx: AttnContext | None, audio: torch.Tensor | None, kv_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Blocks ``blocks`` in order; ``ctx`` holds their layers in the same order. -> tokens and
-        the un-roped K, V (len(blocks), B, N, heads, head_dim) of these tokens."""
+        the un-roped K, V (len(blocks), B, N, heads, head_dim) of these tokens. ``kv_only``: the last
+        block gives its K, V alone and the tokens returned are its input."""
         ks, vs = [], []
         for j, i in enumerate(blocks):
-            ck = ctx.k[j] if ctx is not None else None
-            cv = ctx.v[j] if ctx is not None else None
-            x, k, v = self.blocks[i](x, mod, cos, sin, ck, cv, audio, self.shard.attend)
+            if kv_only and j == len(blocks) - 1:
+                k, v = self.blocks[i].keys_values(x, mod)
+            else:
+                ck = ctx.k[j] if ctx is not None else None
+                cv = ctx.v[j] if ctx is not None else None
+                x, k, v = self.blocks[i](x, mod, cos, sin, ck, cv, audio, self.shard.attend)
             ks.append(k)
             vs.append(v)
         return x, torch.stack(ks), torch.stack(vs)
@@ -331,10 +346,13 @@ class A2VDiT(Module):
 
     def forward(
         self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor, span_start: int, ctx: AttnContext,
-    ) -> tuple[torch.Tensor, KVBlock]:
-        """x (B, F, c, h, w) latents at per-frame noise level t (B, F) -> velocity and this chunk's K/V."""
+        kv_only: bool = False,
+    ) -> tuple[torch.Tensor | None, KVBlock]:
+        """x (B, F, c, h, w) latents at per-frame noise level t (B, F) -> velocity and this chunk's
+        K/V; ``kv_only``: no velocity (None), for passes that only build K/V (the history window)."""
         f = x.shape[1]
         slots = torch.arange(f) + span_start - ctx.base
-        out, k, v = self._run(self.shard.local(self.patchify(x)), t, slots, ctx, audio)
+        out, k, v = self._run(self.shard.local(self.patchify(x)), t, slots, ctx, audio, kv_only=kv_only)
         frame = (torch.arange(f) + span_start).repeat_interleave(self.shard.local_count(self.tokens_per_frame))
-        return self.unpatchify(self.shard.gather(out).float()), KVBlock(k, v, frame)
+        velocity = None if out is None else self.unpatchify(self.shard.gather(out).float())
+        return velocity, KVBlock(k, v, frame)

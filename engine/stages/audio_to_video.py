@@ -59,7 +59,7 @@ class AudioToVideo:
         n = x.shape[1]
         start = s0 + f - n
         t_ctx = torch.full((b, n), self.config.context_sigma, device=x0.device)
-        _, kv = self.dit(x, t_ctx, audio, start, self.dit.context(start, reference, None))
+        _, kv = self.dit(x, t_ctx, audio, start, self.dit.context(start, reference, None), kv_only=True)
         return HistoryWindow(kv, x, audio)
 
     def _velocity(self, audio: torch.Tensor, silence: torch.Tensor | None, guided: list[int], s0: int,

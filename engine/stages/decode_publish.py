@@ -49,6 +49,24 @@ def frame_latent(n: int, temporal_down: int) -> int:
     return 0 if n == 0 else (n - 1) // temporal_down + 1
 
 
+def published_frames(first_latent: int, count: int, frame_limit: int | None, temporal_down: int) -> range:
+    """The video frames ``count`` latents from ``first_latent`` publish: those before ``frame_limit``."""
+    start, end = frame_span(first_latent, count, temporal_down)
+    if frame_limit is not None:
+        end = max(start, min(end, frame_limit))
+    return range(start, end)
+
+
+def stamped(shown: range, images: Sequence[np.ndarray], first_latent: int, audio: np.ndarray,
+            origin: tuple[str, ...], fps: int, sample_rate: int, temporal_down: int) -> list[PublishedFrame]:
+    """Frames ``shown`` (each its image) on the media timeline, each with its span of ``audio`` (which
+    starts at ``shown``'s first frame) and the chunk that made its latent."""
+    spf = sample_rate // fps
+    return [PublishedFrame(n, fps, image, audio[i * spf:(i + 1) * spf], sample_rate,
+                           origin[frame_latent(n, temporal_down) - first_latent])
+            for i, (n, image) in enumerate(zip(shown, images, strict=True))]
+
+
 def to_uint8(frames: torch.Tensor) -> np.ndarray:
     """(n, 3, H, W) in [-1, 1] -> (n, H, W, 3) uint8."""
     x = frames.float().add(1).mul_(127.5).clamp_(0, 255).round_().to(torch.uint8)  # one new tensor
@@ -89,12 +107,5 @@ class DecodeAndPublish:
         with torch.inference_mode():
             video, last = temporal_deblock(video, first_latent, previous, self.deblock, td)
         rgb = to_uint8(video)
-        frames = []
-        for i in range(end - start):
-            n = start + i
-            if frame_limit is not None and n >= frame_limit:
-                break
-            samples = audio[i * self.spf:(i + 1) * self.spf]
-            frames.append(PublishedFrame(n, self.fps, rgb[i], samples, self.sample_rate,
-                                         origin[frame_latent(n, td) - first_latent]))
-        return frames, last
+        shown = published_frames(first_latent, count, frame_limit, td)
+        return stamped(shown, rgb[:len(shown)], first_latent, audio, origin, self.fps, self.sample_rate, td), last

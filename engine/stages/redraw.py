@@ -2,9 +2,10 @@
 
 The DiT generates a stylised driver face from the audio (lip sync, blinks, idle and speaking
 head motion, continuity across chunks: what the model was trained for). This stage reads
-that face's motion from each published driver frame (``MotionReader``, one forward for every
-frame of every redrawn session in the batch, each session's reference cropped once) and hands it
-to the session's ``Drawer``:
+that face's motion and hands it to the session's ``Drawer``. Where the engine has a latent reader
+(``LatentMotionReader``) the motion is read from the DiT's latents and the driver face is never
+decoded; otherwise it is read from each decoded driver frame (``MotionReader``). Either way one
+forward reads every frame of every redrawn session in the batch. The drawers:
 
 - a photograph's ``PhotoRig`` warps the photo to it (what does not move stays the photo's
   own pixels);
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from engine.frames import PublishedFrame
+from engine.photo.latent_reader import CONTEXT, LatentMotionReader, stack_inputs, to_states
 from engine.photo.reader import MotionReader, ReferenceCrops, read_motion, reference_crops
 from engine.puppet import FaceState
 
@@ -61,6 +63,10 @@ class RedrawState:
     last: FaceState | None = None
     driver_crops: ReferenceCrops = ()  # the reference as the reader takes it; cropped when empty
     talking: float = 0.0  # the talking envelope after the last frame
+    # Read from latents: the driver reference's low-res latent (c, h, w), and the last CONTEXT
+    # latents read (zeros before the first), which the next latents are read beside.
+    latent_reference: torch.Tensor | None = None
+    latents_before: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if not self.driver_crops:
@@ -82,27 +88,59 @@ def talking_envelope(talking: float, state: FaceState) -> float:
 
 
 class Redraw:
-    """Driver frames of several sessions -> their drawers' frames (and each session's new state)."""
+    """Driver motion of several sessions -> their drawers' frames (and each session's new state)."""
 
-    def __init__(self, reader: MotionReader | None = None) -> None:
+    def __init__(self, reader: MotionReader | None = None, latent_reader: LatentMotionReader | None = None) -> None:
         self.reader = reader
+        self.latent_reader = latent_reader
 
     def __call__(self, frames: Sequence[list[PublishedFrame]],
                  states: Sequence[RedrawState]) -> tuple[list[list[PublishedFrame]], list[RedrawState]]:
+        """Decoded driver frames -> the same frames drawn at the motion read off them."""
         counts = [len(f) for f in frames]
         if not sum(counts):
             return [list(f) for f in frames], list(states)
         driver = np.stack([p.rgb for f in frames for p in f])
         refs = tuple(torch.cat(tower) for tower in zip(*(st.driver_crops for st in states), strict=True))
         read = iter(read_motion(driver, refs, self.reader, repeats=torch.tensor(counts)))
-        out: list[list[PublishedFrame]] = []
+        images, new_states = self.draw([[next(read) for _ in f] for f in frames], states)
+        return ([[dataclasses.replace(p, rgb=rgb) for p, rgb in zip(f, made, strict=True)]
+                 for f, made in zip(frames, images, strict=True)], new_states)
+
+    def read_latents(self, latents: Sequence[torch.Tensor], frames: Sequence[Sequence[int]],
+                     states: Sequence[RedrawState]) -> tuple[list[list[FaceState]], list[RedrawState]]:
+        """Each session's consecutive low-res latents (F, c, h, w) -> the motion of the frames
+        ``frames`` picks from their slots (latent k's frames are slots k * frames-per-latent on),
+        and the states holding the latents read."""
+        if self.latent_reader is None:
+            raise RuntimeError("no latent reader: redraw from decoded frames")
+        rows, kept = [], []
+        for lat, st in zip(latents, states, strict=True):
+            if st.latent_reference is None:
+                raise ValueError("a session read from latents needs its reference's latent")
+            before = st.latents_before if st.latents_before is not None else lat.new_zeros(CONTEXT, *lat.shape[1:])
+            rows.append(stack_inputs(lat, before, st.latent_reference))
+            kept.append(dataclasses.replace(st, latents_before=torch.cat([before, lat])[-CONTEXT:].clone()))
+        with torch.inference_mode():
+            values = self.latent_reader(torch.cat(rows))
+        out, at = [], 0
+        for lat, numbers in zip(latents, frames, strict=True):
+            per_frame = values[at:at + lat.shape[0]].reshape(-1, values.shape[-1])
+            at += lat.shape[0]
+            out.append(to_states(per_frame[list(numbers)]))
+        return out, kept
+
+    def draw(self, motions: Sequence[Sequence[FaceState]],
+             states: Sequence[RedrawState]) -> tuple[list[list[np.ndarray]], list[RedrawState]]:
+        """Each session's frames drawn at its read motions (pose smoothed, talking envelope kept)."""
+        images: list[list[np.ndarray]] = []
         new_states: list[RedrawState] = []
-        for session_frames, state in zip(frames, states, strict=True):
+        for session_motions, state in zip(motions, states, strict=True):
             last, talking, made = state.last, state.talking, []
-            for frame in session_frames:
-                last = smooth_pose(next(read), last)
+            for motion in session_motions:
+                last = smooth_pose(motion, last)
                 talking = talking_envelope(talking, last)
-                made.append(dataclasses.replace(frame, rgb=state.drawer.draw(last, talking)))
-            out.append(made)
+                made.append(state.drawer.draw(last, talking))
+            images.append(made)
             new_states.append(dataclasses.replace(state, last=last, talking=talking))
-        return out, new_states
+        return images, new_states

@@ -45,9 +45,9 @@ class BatchSpy:
     def __getattr__(self, name: str) -> object:
         return getattr(self.dit, name)
 
-    def __call__(self, x: torch.Tensor, *args: object) -> tuple:
+    def __call__(self, x: torch.Tensor, *args: object, **kwargs: object) -> tuple:
         self.rows.append(x.shape[0])
-        return self.dit(x, *args)
+        return self.dit(x, *args, **kwargs)
 
 
 @pytest.mark.parametrize("guided", [False, True], ids=["unguided", "guided"])

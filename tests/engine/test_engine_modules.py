@@ -346,9 +346,9 @@ class DiTSpy:
     def __getattr__(self, name: str) -> object:
         return getattr(self.dit, name)
 
-    def __call__(self, x: torch.Tensor, t: torch.Tensor, *args: object) -> tuple:
+    def __call__(self, x: torch.Tensor, t: torch.Tensor, *args: object, **kwargs: object) -> tuple:
         self.calls.append((x.clone(), t.clone()))
-        return self.dit(x, t, *args)
+        return self.dit(x, t, *args, **kwargs)
 
 
 def test_a2v_holds_anchors_clean_and_runs_the_step_grid() -> None:
@@ -472,3 +472,22 @@ def test_a_lookahead_change_refuses_the_audio_models_but_not_the_image_models(tm
     for name in ("dit", "audio"):
         with pytest.raises(ValueError, match="audio window"):
             getattr(other, name).load(tmp_path / f"{name}.safetensors")
+
+
+def test_a_kv_only_pass_gives_the_full_pass_keys_and_values_without_a_velocity() -> None:
+    """The history window needs only K/V: the last block stops at them, and they are exactly the
+    full forward's."""
+    torch.manual_seed(0)
+    config = get_config("tiny")
+    dit = A2VDiT(config).eval()
+    h, w = config.vae.latent_hw
+    lr = config.dit.lr_factor
+    x = torch.randn(2, 3, config.vae.latent_channels, h // lr, w // lr)
+    t = torch.full((2, 3), 0.05)
+    audio = torch.randn(2, 3, config.dit.audio_tokens, config.audio.width)
+    reference = dit.encode_reference(torch.randn(2, config.vae.latent_channels, h // lr, w // lr))
+    with torch.inference_mode():
+        velocity, kv = dit(x, t, audio, 4, dit.context(4, reference, None))
+        none, kv_only = dit(x, t, audio, 4, dit.context(4, reference, None), kv_only=True)
+    assert velocity is not None and velocity.shape == x.shape and none is None
+    assert torch.equal(kv.k, kv_only.k) and torch.equal(kv.v, kv_only.v) and torch.equal(kv.frame, kv_only.frame)

@@ -100,3 +100,44 @@ def test_the_talking_envelope_rises_with_speech_and_falls_in_silence():
     for _ in range(75):  # three seconds of silence
         talking = talking_envelope(talking, FaceState(openness=0.0))
     assert talking < 0.15
+
+
+def test_motion_read_from_latents_chunk_by_chunk_is_the_motion_read_all_at_once() -> None:
+    """Each call keeps the last latents it read, so a session read one latent per chunk gets the
+    same motion as one read of the whole run; ``frames`` picks slots of each latent's frames."""
+    import torch
+
+    from engine.photo.latent_reader import LatentMotionReader
+
+    torch.manual_seed(0)
+    reader = LatentMotionReader(channels=8, frames=4)
+    reader(torch.zeros(1, 32, 8, 8))
+    stage = Redraw(latent_reader=reader.eval())
+    state = RedrawState(PuppetRig(get_identity("ada"), 64), reference_image(get_identity("ada"), 64),
+                        latent_reference=torch.randn(8, 8, 8))
+    latents = torch.randn(5, 8, 8, 8)
+    whole, _ = stage.read_latents([latents], [range(20)], [state])
+    pieces, st = [], state
+    for g in range(5):
+        (motions,), (st,) = stage.read_latents([latents[g:g + 1]], [range(4)], [st])
+        pieces += motions
+    def values(states: list[FaceState]) -> np.ndarray:
+        return np.array([[s.openness, s.blink, s.yaw, s.gaze_x] for s in states])
+
+    assert np.allclose(values(pieces), values(whole[0]), atol=1e-5)
+    assert torch.equal(st.latents_before, latents[-2:])
+    (picked,), _ = stage.read_latents([latents], [[0, 5, 19]], [state])
+    assert np.allclose(values(picked), values([whole[0][0], whole[0][5], whole[0][19]]), atol=1e-5)
+    assert len({m.openness for m in whole[0]}) == 20, "every frame of a latent has its own motion"
+    with pytest.raises(ValueError, match="reference's latent"):
+        stage.read_latents([latents], [range(20)], [RedrawState(state.drawer, state.driver_reference)])
+
+
+def test_drawing_read_motion_keeps_the_talking_envelope_and_the_last_pose() -> None:
+    ada = get_identity("ada")
+    state = RedrawState(PuppetRig(ada, 64), reference_image(ada, 64))
+    talking = [FaceState(openness=0.8, yaw=0.2)] * 6
+    (images,), (after,) = Redraw().draw([talking], [state])
+    assert len(images) == 6 and images[0].shape == (64, 64, 3)
+    assert after.talking > 0.8 and after.last is not None and after.last.yaw == pytest.approx(0.2, abs=0.01)
+    assert not np.array_equal(images[0], render(ada, FaceState(), 64)), "drawn at the read motion"
