@@ -178,11 +178,6 @@ class Block(nn.Module):
         terms = (mod + self.mod).unsqueeze(3).unbind(2)
         return (self.norm1(x) * (1 + terms[1]) + terms[0]).reshape(b, f * t, d), terms
 
-    def keys_values(self, x: torch.Tensor, mod: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Only this block's un-roped K, V of tokens ``x``: all a history pass needs of the last block."""
-        _, k, v = self.qkv_heads(self._attention_input(x, mod)[0])
-        return k, v
-
     def forward(
         self,
         x: torch.Tensor,  # (B, F, T, D)
@@ -193,10 +188,16 @@ class Block(nn.Module):
         ctx_v: torch.Tensor | None,
         audio: torch.Tensor | None,  # (B, F, A, Da)
         attend: Attention = ONE_DEVICE.attend,
+        kv_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> output tokens and this block's un-roped K, V of ``x``. ``kv_only``: stop at the K, V
+        (all a history pass needs of the last block) and hand ``x`` back unchanged. It runs through
+        ``forward`` so hooks on the block (sharding, offload) see it like any other call."""
         b, f, t, d = x.shape
         h, (shift1, scale1, gate1, shift2, scale2, gate2) = self._attention_input(x, mod)
         q, k, v = self.qkv_heads(h)
+        if kv_only:
+            return x, k, v
         qr, kr = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
         att = attend(qr, kr, v.transpose(1, 2), ctx_k, ctx_v).transpose(1, 2).reshape(b, f, t, d)
         x = x + gate1 * self.proj(att)
@@ -307,12 +308,10 @@ class A2VDiT(Module):
         block gives its K, V alone and the tokens returned are its input."""
         ks, vs = [], []
         for j, i in enumerate(blocks):
-            if kv_only and j == len(blocks) - 1:
-                k, v = self.blocks[i].keys_values(x, mod)
-            else:
-                ck = ctx.k[j] if ctx is not None else None
-                cv = ctx.v[j] if ctx is not None else None
-                x, k, v = self.blocks[i](x, mod, cos, sin, ck, cv, audio, self.shard.attend)
+            ck = ctx.k[j] if ctx is not None else None
+            cv = ctx.v[j] if ctx is not None else None
+            last = kv_only and j == len(blocks) - 1
+            x, k, v = self.blocks[i](x, mod, cos, sin, ck, cv, audio, self.shard.attend, kv_only=last)
             ks.append(k)
             vs.append(v)
         return x, torch.stack(ks), torch.stack(vs)

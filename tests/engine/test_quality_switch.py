@@ -107,9 +107,9 @@ class DiTCalls:
     def __getattr__(self, name: str) -> object:
         return getattr(self.dit, name)
 
-    def __call__(self, *args: object) -> tuple:
+    def __call__(self, *args: object, **kwargs: object) -> tuple:
         self.count += 1
-        return self.dit(*args)
+        return self.dit(*args, **kwargs)
 
 
 def test_quality_switches_mid_stream_publish_every_frame_once(micro_weights: Path,
