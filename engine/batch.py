@@ -12,8 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from engine.frames import PublishedFrame
+
+
+class Render(StrEnum):
+    """How a session's frames are made, which decides what its chunks cost after the DiT."""
+
+    DECODED = "decoded"  # the decoder's frames of the DiT's latents
+    DRAWN = "drawn"  # a bundled avatar's renderer, at the motion read off the latents
+    PHOTO = "photo"  # a photo avatar's rig, at the motion read off the latents
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class BatchKey:
     first: bool = False  # the publish starts the stream (the decoder has not started)
     interp: bool = False  # the session runs I chunks
     owner: int = 0  # nonzero (the session's id) for work that batches with no other session
+    render: Render = Render.DECODED  # how the frames published after it are made
 
 
 @dataclass

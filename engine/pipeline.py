@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.batch import BatchKey, BatchResult, shared_key
+from engine.batch import BatchKey, BatchResult, Render, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
 from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
@@ -102,6 +102,7 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 
 class Pipeline(ConfiguredEngine):
     accepts_images = True  # a reference image of a stylised avatar can stand in for a bundled one
+    renders: tuple[Render, ...] = tuple(Render)
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
                  steps: int | None = None) -> None:
         self.config = config
@@ -242,7 +243,7 @@ class Pipeline(ConfiguredEngine):
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
         if reference is not None:
-            return StreamSession(self, self.reference(reference), seed)
+            return StreamSession(self, self.reference(reference), seed, render=Render.DECODED)
         if image is not None and photo is None:
             from engine.photo.avatar import photo_avatar
 
@@ -264,7 +265,8 @@ class Pipeline(ConfiguredEngine):
 
             redraw = RedrawState(self._drawer(avatar, photo), driver_image, latent_reference=pool_latents(
                 conditioning.hr_latent, self.config.dit.lr_factor)[0])
-        return StreamSession(self, conditioning, seed, redraw)
+        render = Render.PHOTO if photo is not None else Render.DRAWN if drawn else Render.DECODED
+        return StreamSession(self, conditioning, seed, redraw, render)
 
     def _drawer(self, avatar: str | Identity | None, photo: PhotoAvatar | None):
         """A redrawn session's drawer: the photo's rig, else the avatar's own renderer."""
@@ -459,10 +461,11 @@ class StreamSession(AudioFed):
     """One avatar session's rolling state and schedule position."""
 
     def __init__(self, pipeline: Pipeline, reference: ReferenceConditioning, seed: int,
-                 redraw: RedrawState | None = None) -> None:
+                 redraw: RedrawState | None = None, render: Render = Render.DECODED) -> None:
         self.pipe = pipeline
         self.seed = seed
         self.redraw = redraw  # a photo's or drawn avatar's drawer and motion (None: the DiT's frames are shown)
+        self.render = render
         self.audio = AudioBuffer()
         self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache(reference.decoder))
         self.finished = False
@@ -529,7 +532,7 @@ class StreamSession(AudioFed):
         lo, hi = plan.publish
         key = BatchKey(plan.kind, steps, guided, self.pipe.batch_engine, plan.span[1] - s0,
                        (plan.generate[0] - s0, plan.generate[1] - s0), history, hi - lo, lo == 0 and hi > lo,
-                       schedule.config.interp)
+                       schedule.config.interp, render=self.render)
         return _Work(key, plan, schedule)
 
     def batch_key(self) -> BatchKey | None:

@@ -22,6 +22,7 @@ import uvicorn
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError
 
+from engine.batch import Render
 from engine.pipeline import Pipeline
 from engine.service.core import EngineCore
 from engine.service.costs import CostModel
@@ -56,8 +57,8 @@ def measured_costs(config: str = "tiny", threads: int = 0, drawn: bool = False) 
     from engine.service.worker import calibrate
 
     pipe = engine_pipeline(config)
-    core = EngineCore(pipe, describe(pipe))
-    calibrate(core, (1, 2), drawn=drawn)
+    core = EngineCore(pipe, describe(pipe), default_render=Render.DRAWN if drawn else Render.DECODED)
+    calibrate(core, (1, 2))
     return core.costs
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.avatars import DEFAULT_AVATAR
-from engine.batch import BatchKey, BatchResult, shared_key
+from engine.batch import BatchKey, BatchResult, Render, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
 from engine.presets import preset_named
@@ -31,9 +31,11 @@ CHUNK_FRAMES = 4
 
 
 class PuppetPipeline(ConfiguredEngine):
-    accepts_images = False
     """The procedural engine: same attributes and methods as ``engine.pipeline.Pipeline``
     where its callers use them; ``steps`` is 0 and ``weights_loaded`` empty (no model)."""
+
+    accepts_images = False
+    renders: tuple[Render, ...] = (Render.DRAWN,)  # every frame is drawn
 
     def __init__(self, config: EngineConfig | None = None, chunk_frames: int = CHUNK_FRAMES) -> None:
         config = config or get_config(PUPPET)
@@ -161,8 +163,9 @@ class PuppetSession(AudioFed):
         limit = self._frame_limit()
         count = self._next_count(limit)
         if limit is not None and self.published + count >= limit:
-            return BatchKey("tail", 0, False, self.pipe.batch_engine, publish=count, owner=id(self))
-        return BatchKey("N", 0, False, self.pipe.batch_engine, publish=count)
+            return BatchKey("tail", 0, False, self.pipe.batch_engine, publish=count, owner=id(self),
+                            render=Render.DRAWN)
+        return BatchKey("N", 0, False, self.pipe.batch_engine, publish=count, render=Render.DRAWN)
 
     def step(self) -> list[PublishedFrame]:
         """Draw the next chunk if its audio is in; returns its frames (none if it is not)."""

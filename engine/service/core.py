@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.batch import BatchKey
+from engine.batch import BatchKey, Render
 from engine.frames import PublishedFrame
 from engine.presets import DEFAULT_PRESET, Preset
 from engine.quality import Quality, quality_ladder
@@ -91,7 +91,7 @@ class EngineCore:
     def __init__(self, pipeline, info: EngineInfo, clock: Callable[[], float] = time.monotonic,
                  costs: CostModel | None = None, margin_s: float = 0.04, max_batch: int = 16,
                  slot_frames: int | None = None, default_preset: str = DEFAULT_PRESET,
-                 capacity_margin: float = 0.2) -> None:
+                 capacity_margin: float = 0.2, default_render: Render = Render.DECODED) -> None:
         self.pipe = pipeline
         self.pipes = {name: pipeline.preset(name) for name in Preset}
         self.info = info
@@ -105,6 +105,9 @@ class EngineCore:
         if default_preset not in self.presets:
             raise ValueError(f"unknown preset {default_preset!r}")
         self.default_preset = default_preset
+        # How the sessions that do not say are rendered (what the capacity figure counts); an
+        # engine that makes its frames one way only renders every session that way.
+        self.default_render = default_render if default_render in pipeline.renders else pipeline.renders[0]
         self.capacity_margin = capacity_margin
         self.step_frames = info.step_frames
         self.slot_frames = slot_frames or 2 * self.step_frames
@@ -254,19 +257,21 @@ class EngineCore:
 
     # ---- figures ------------------------------------------------------------------------
 
-    def work_per_period(self, preset: str | None = None) -> tuple[Hashable, ...]:
-        """The cost keys one session of ``preset`` (default: the worker's) at its best quality
-        needs every chunk period."""
+    def work_per_period(self, preset: str | None = None, render: Render | None = None) -> tuple[Hashable, ...]:
+        """The cost keys one session of ``preset`` rendered as ``render`` (defaults: the worker's)
+        at its best quality needs every chunk period."""
         pipe = self.pipes[preset or self.default_preset]
+        render = render or self.default_render
         steps = getattr(pipe, "steps", 0)
         if not steps:  # a procedural engine: one drawing per chunk, nothing to denoise
-            return (("N", 0, False, False, 0),)
+            return (("N", 0, False, False, 0, render),)
         q = self.presets[preset or self.default_preset][0]
         schedule, cfg = pipe.config.schedule, pipe.config
         guided = q.guidance and cfg.audio_guidance != 1.0
-        work = [("N", q.steps or steps, guided, q.interp, schedule.chunk)]
+        work = [("N", q.steps or steps, guided, q.interp, schedule.chunk, render)]
         if q.interp:
-            work.append(("I", min(steps, cfg.interp_steps), False, True, 2 * (schedule.seam + schedule.anchor)))
+            work.append(("I", min(steps, cfg.interp_steps), False, True, 2 * (schedule.seam + schedule.anchor),
+                         render))
         return tuple(work)
 
     def period_s(self, preset: str | None = None) -> float:
@@ -280,9 +285,15 @@ class EngineCore:
         quality controller runs that one at the cheapest rung of its ladder that keeps up."""
         return max(0, max(self.real_time_sessions(), 1) - len(self.sessions))
 
-    def real_time_sessions(self) -> int:
-        """Sessions of the default preset the cost estimates hold in real time at their best quality."""
-        return sessions_in_real_time(self.costs, self.work_per_period(), self.period_s(), margin=self.capacity_margin)
+    def real_time_sessions(self, render: Render | None = None) -> int:
+        """Sessions of the default preset, rendered as ``render`` (default: the worker's), the
+        cost estimates hold in real time at their best quality."""
+        return sessions_in_real_time(self.costs, self.work_per_period(render=render), self.period_s(),
+                                     margin=self.capacity_margin)
+
+    def real_time_by_render(self) -> dict[str, int]:
+        """``real_time_sessions`` for each way this engine renders sessions (all of one way)."""
+        return {str(render): self.real_time_sessions(render) for render in self.pipe.renders}
 
     @property
     def batch_mean(self) -> float:
@@ -294,5 +305,5 @@ class EngineCore:
 
 def cost_key(key: BatchKey) -> Hashable:
     """What a batch costs depends on its kind, steps, guidance, whether I chunks run (an N chunk
-    decodes its frames only without them) and its span, not on who is in it."""
-    return (key.kind, key.steps, key.guided, key.interp, key.span)
+    decodes its frames only without them), its span and how its frames are made, not on who is in it."""
+    return (key.kind, key.steps, key.guided, key.interp, key.span, key.render)

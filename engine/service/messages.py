@@ -179,3 +179,4 @@ class WorkerStats:
     state_bytes: dict[str, int] = field(default_factory=dict)  # session -> bytes held between chunks
     costs: dict = field(default_factory=dict)
     real_time: int = 0  # sessions its estimates hold in real time at best quality (0: a machine too slow)
+    real_time_by_render: dict[str, int] = field(default_factory=dict)  # the same, for each way frames are made

@@ -9,6 +9,7 @@ thread of the web process (``--engine inprocess``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.batch import Render
 from engine.parallel.plan import ParallelPlan
 from engine.presets import DEFAULT_PRESET, Preset
 from engine.service.messages import (
@@ -150,27 +152,48 @@ def core_from(pipe, options: WorkerOptions, costs=None):
     from engine.service.core import EngineCore
 
     core = EngineCore(pipe, describe(pipe, options.default_preset), costs=costs, max_batch=options.max_batch,
-                      default_preset=options.default_preset, capacity_margin=options.margin)
+                      default_preset=options.default_preset, capacity_margin=options.margin,
+                      default_render=Render.DRAWN if options.drawn else Render.DECODED)
     if options.warm_up:
         t0 = time.perf_counter()
         frames = warm_up(pipe)
         log.info("engine warmed up: %d frames in %.2f s", frames, time.perf_counter() - t0)
     if costs is None:
-        calibrate(core, options.calibrate, drawn=options.drawn)
+        calibrate(core, options.calibrate)
     return core
 
 
-def calibrate(core, sizes: tuple[int, ...], rounds: int = 2, drawn: bool = False) -> None:
+def calibration_spec(preset: str, render: Render) -> SessionSpec:
+    """A session of ``preset`` whose frames are made the ``render`` way; a photo session's photo is
+    the default avatar's portrait at a photo's size."""
+    if render == Render.PHOTO:
+        return SessionSpec(preset=preset, photo=calibration_photo())
+    return SessionSpec(preset=preset, drawn=render == Render.DRAWN)
+
+
+@functools.cache
+def calibration_photo():
+    from engine.avatars import DEFAULT_AVATAR, avatar_image
+    from engine.photo.avatar import PHOTO_SIZE, photo_avatar
+
+    return photo_avatar(avatar_image(DEFAULT_AVATAR, (PHOTO_SIZE, PHOTO_SIZE)))
+
+
+def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
     """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
     each batch size, so the capacity figure and the scheduler's estimates are measured before
-    the first real session arrives. Batches are formed here, not by the scheduler: it can only
-    learn that a batch pays once one has run. What it measured becomes the costs' baseline; ``drawn``:
-    the sessions are drawn, as those that do not say will be."""
+    the first real session arrives: every preset's rendered the worker's default way, and the
+    default preset's rendered every other way the engine can (``/v1/engine`` shows the capacity of
+    each). Batches are formed here, not by the scheduler: it can only learn that a batch pays once
+    one has run. What it measured becomes the costs' baseline."""
     info = core.info
-    for preset, size in itertools.product(core.presets, sizes):
-        names = [f"_calibrate{preset}{size}_{i}" for i in range(size)]
+    for preset, render, size in itertools.product(core.presets, core.pipe.renders, sizes):
+        if render != core.default_render and preset != core.default_preset:
+            continue
+        names = [f"_calibrate{preset}{render}{size}_{i}" for i in range(size)]
+        spec = calibration_spec(preset, render)
         for name in names:
-            core.open(name, SessionSpec(preset=preset, drawn=drawn), core.slot_frames)
+            core.open(name, spec, core.slot_frames)
             core.push(name, 0, np.zeros(info.sample_rate * 8, np.float32))
         try:
             for _ in range(4 * rounds):
@@ -323,6 +346,7 @@ class Worker:
             state_bytes=core.state_bytes(),
             costs=core.costs.snapshot(),
             real_time=core.real_time_sessions(),
+            real_time_by_render=core.real_time_by_render(),
         ))
 
 

@@ -53,6 +53,17 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
 
 
 
+def real_time_by_render(workers) -> dict[str, int]:
+    """Sessions of each render kind (decoded, drawn, photo) the live workers hold in real time,
+    as their start-up measurements and the load since estimate: a node's capacity per kind."""
+    total: dict[str, int] = {}
+    for w in workers:
+        if w.alive and w.stats is not None:
+            for render, n in w.stats.real_time_by_render.items():
+                total[render] = total.get(render, 0) + n
+    return total
+
+
 def worker_json(w) -> dict:
     """One engine worker as ``GET /v1/engine`` shows it."""
     stats = w.stats
@@ -67,6 +78,7 @@ def worker_json(w) -> dict:
         "capacity": w.capacity,
         "settling_s": w.settling_s,
         "real_time_sessions": stats.real_time if stats else 0,
+        "real_time_by_render": stats.real_time_by_render if stats else {},
         "batch_mean": stats.batch_mean if stats else 0.0,
         "load": float(stats.costs.get("load", 1.0)) if stats else 1.0,
         "chunk_ms": stats.chunk_ms if stats else {},
@@ -179,7 +191,8 @@ def create_app(
 
     @app.get(f"{API}/engine", tags=["ops"])
     async def engine_workers(request: Request) -> dict:
-        return {"workers": [worker_json(w) for w in manager(request).engine.workers()]}
+        workers = manager(request).engine.workers()
+        return {"workers": [worker_json(w) for w in workers], "real_time_by_render": real_time_by_render(workers)}
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus(request: Request) -> Response:

@@ -199,3 +199,24 @@ def test_steps_asked_for_by_the_caller_hold_for_every_preset(micro_weights):
     cfg = get_config("micro").replace(fast_chunk=1, fast_steps=1)
     pipe = Pipeline.from_config(cfg, steps=3, weights=micro_weights)
     assert (pipe.preset("quality").steps, pipe.preset("fast").steps) == (3, 3)
+
+
+def test_sessions_rendered_differently_run_apart_and_are_costed_apart(core):
+    open_fed(core, "decoded", 3.0, seed=0)
+    open_fed(core, "drawn", 3.0, seed=1, drawn=True)
+    by_session = {c.session: c for c in core.candidates(core.clock())}
+    assert by_session["decoded"].cost_key[-1] == "decoded" and by_session["drawn"].cost_key[-1] == "drawn"
+    assert by_session["decoded"].key != by_session["drawn"].key
+    assert len(core.step().batch) == 1  # one render kind per forward
+
+
+def test_capacity_is_counted_per_render_kind_from_what_each_costs(core):
+    period = core.period_s()
+    for key in core.work_per_period(render="decoded"):
+        core.costs.observe(key, 1, period / 2)  # two sessions fit (less the margin: one)
+    for key in core.work_per_period(render="drawn"):
+        core.costs.observe(key, 1, period / 10)
+    by_render = core.real_time_by_render()
+    assert set(by_render) == {"decoded", "drawn", "photo"}
+    assert by_render["drawn"] > by_render["decoded"] >= 1
+    assert core.real_time_sessions() == by_render["decoded"]  # the worker's default render

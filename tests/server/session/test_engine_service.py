@@ -35,6 +35,9 @@ async def test_a_session_streams_through_a_subprocess_worker(monkeypatch):
         workers = await engine_view(srv)
         assert len(workers) == 1 and workers[0]["alive"] and workers[0]["pid"] != os.getpid()
         assert workers[0]["capacity"] > 0
+        by_render = workers[0]["real_time_by_render"]
+        assert list(by_render) == ["drawn"] and by_render["drawn"] >= 1, "the puppet draws every frame"
+        assert (await srv.http.get("/v1/engine")).json()["real_time_by_render"] == by_render
         async with live_session(srv) as live:
             sr = live.session["sample_rate"]
             assert await wait_until(lambda: len(live.media.video) >= 25, 20)
