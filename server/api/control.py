@@ -103,7 +103,7 @@ async def serve_socket(ws: WebSocket, session: Session, read: Coroutine[Any, Any
     tasks = [
         asyncio.create_task(read, name=f"{name}-read"),
         asyncio.create_task(write, name=f"{name}-write"),
-        asyncio.create_task(session.closed.wait(), name=f"{name}-session-closed"),
+        asyncio.create_task(session.lifecycle.closed.wait(), name=f"{name}-session-closed"),
     ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -145,7 +145,7 @@ class ControlConnection:
         self._binary_utterance: str | None = None
 
     async def run(self) -> None:
-        if self.session.started.is_set():
+        if self.session.lifecycle.started.is_set():
             self.session.events.announce_ready()
         read = receive_paced(self.ws, self.pace, self._on_message)
         await serve_socket(self.ws, self.session, read, send_events(self.ws, self.session.events.next), "control")

@@ -76,7 +76,7 @@ def _etag(resource_id: str) -> str:
 def _resource_pc(session: Session, kind: str, resource_id: str):
     """The peer connection behind a WHIP/WHEP resource, or 404."""
     if kind == "whip":
-        pc = session.pc if session.ingest_id == resource_id else None
+        pc = session.pc if session.peer.ingest_id == resource_id else None
     else:
         viewer = session.outbound.viewers.get(resource_id)
         pc = viewer.pc if viewer is not None else None
@@ -122,7 +122,7 @@ def _offer_handler(kind: str):
         try:
             if kind == "whip":
                 answer = await session.accept_offer(offer, ingest=True)
-                resource_id = session.ingest_id = secrets.token_urlsafe(12)
+                resource_id = session.peer.ingest_id = secrets.token_urlsafe(12)
             else:
                 resource_id, answer = await session.add_viewer(offer)
         except BadOffer as exc:

@@ -43,7 +43,7 @@ class SessionManager:
         metrics.playout_delay_seconds.set_function(self._mean_delay)
 
     def _mean_delay(self) -> float:
-        delays = [s.outbound.playout.stats().delay for s in self.sessions.values() if s.started.is_set()]
+        delays = [s.outbound.playout.stats().delay for s in self.sessions.values() if s.lifecycle.started.is_set()]
         return sum(delays) / len(delays) if delays else 0.0
 
     async def create(self, options: SessionCreate) -> Session:
@@ -108,7 +108,9 @@ class SessionManager:
     def waiting_for_offer(self, session_id: str) -> bool:
         """Whether a session holds its slot with no peer yet (it counts against its client's limit)."""
         session = self.sessions.get(session_id)
-        return session is not None and not session.closing and session.pc is None and not session.connected.is_set()
+        if session is None or session.closing:
+            return False
+        return session.pc is None and not session.lifecycle.connected.is_set()
 
     def get(self, session_id: str, token: str | None) -> Session:
         session = self.sessions.get(session_id)

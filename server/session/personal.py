@@ -21,6 +21,7 @@ from pathlib import Path
 
 from server.base.engine_link import AvatarStore, EnrollError, PhotoAvatar, StoreError, enroll
 from server.base.errors import ApiError
+from server.base.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class PersonalAvatars:
         self.reserved = reserved  # the bundled avatars' names, known once the engine runs
         self.enrolments: dict[str, Enrolment] = {}
         self._running = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = TaskSet("enrol-")
 
     def names(self) -> list[str]:
         return [row["name"] for row in self.store.list()]
@@ -86,9 +87,7 @@ class PersonalAvatars:
         job = Enrolment(name)
         self.enrolments[name] = job
         self._running += 1
-        task = asyncio.get_running_loop().create_task(self._run(job, clip))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._run(job, clip), name)
         return job
 
     async def _run(self, job: Enrolment, clip: Path) -> None:
@@ -143,8 +142,7 @@ class PersonalAvatars:
             raise ApiError(500, "avatar_unreadable", f"the stored avatar {name!r} cannot be read") from exc
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
 
 
 def temporary_clip() -> Path:

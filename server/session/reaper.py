@@ -62,7 +62,7 @@ class SessionReaper:
     async def reason_to_reap(self, session: Session, now: float) -> str | None:
         s = self._settings
         if session.closing:  # closed itself (peer gone, engine failed): forget it once done
-            return session.close_reason if session.closed.is_set() else None
+            return session.close_reason if session.lifecycle.closed.is_set() else None
         times = session.liveness
         pc = session.pc
         if pc is None:

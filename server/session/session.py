@@ -3,7 +3,9 @@
 ``Session`` assembles the audio-in pipeline (``inbound.py``: microphone / WHIP / agent speech ->
 feed clock -> engine link) and the video-out pipeline (``outbound.py``: engine link -> playout ->
 rest face and muted voice -> broadcast to the peer and viewers), connects the peer to them, and
-owns their start and teardown and the session's events.
+owns their start and teardown and the session's events. What it holds beyond the pipelines sits in
+small parts: the peer (``peer_slot.py``), the steps others wait on (``lifecycle.py``), the instants
+the reaper judges (``liveness.py``), its tasks (``server.base.tasks``).
 """
 
 from __future__ import annotations
@@ -15,21 +17,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from server.base.engine_link import EngineError, EngineLink, QualityEvent
 from server.base.errors import ApiError
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, Mode, QualityChanged, SessionCreate, SessionReady
+from server.base.tasks import TaskSet
 from server.config import Settings
 from server.media.microphone import consume_microphone
 from server.media.peer import answer, answer_ingest, close_peer, create_peer
 from server.media.viewers import TooManyViewers
 from server.session.events import SessionEvents
 from server.session.inbound import Inbound
+from server.session.lifecycle import Lifecycle
 from server.session.liveness import Liveness
 from server.session.metrics_loop import MetricsLoop
 from server.session.outbound import Outbound
+from server.session.peer_slot import PeerSlot
 from server.session.trace import LatencyTrace
 from server.voice.tts import TTSBackend
 
@@ -54,27 +59,19 @@ class Session:
         self.link = link
         self.metrics = metrics
         self.liveness = Liveness()
-        self.close_reason: str | None = None
+        self.lifecycle = Lifecycle()
         self.control_lock = asyncio.Lock()  # held by the one control socket
-        self.engine_started = asyncio.Event()
-        self.started = asyncio.Event()
-        self.connected = asyncio.Event()
-        self.closed = asyncio.Event()
-        self.events = SessionEvents(metrics, self.ready_event, self.started)
+        self.events = SessionEvents(metrics, self.ready_event, self.lifecycle.started)
 
         self.trace = LatencyTrace()
         self.inbound = Inbound(session_id, options, settings, link, lambda: self.outbound.generated.samples,
                                metrics, self.events.emit, self._heard, self.trace.fed_block, tts)
-        self.outbound = Outbound(session_id, settings, link, self.inbound.voice, self.connected, self.liveness,
-                                 self.trace, metrics, self.events.emit, self._viewer_connected, record_dir)
-        self.ingest_id: str | None = None  # the WHIP resource, when the peer is a WHIP publisher
-
-        self.pc: RTCPeerConnection | None = None
-        self._peer_tracks: tuple[MediaStreamTrack, ...] = ()  # the peer's subscriptions to the broadcast
-        self._tasks: set[asyncio.Task] = set()
-        self._media_starting = False
-        self._closing = False
-        self._spawn(self.inbound.voice.run(), "intake")
+        self.outbound = Outbound(session_id, settings, link, self.inbound.voice, self.lifecycle.connected,
+                                 self.liveness, self.trace, metrics, self.events.emit, self._viewer_connected,
+                                 record_dir)
+        self.peer = PeerSlot()
+        self.tasks = TaskSet(f"{session_id}:")
+        self.tasks.spawn(self.inbound.voice.run(), "intake")
 
     @property
     def fps(self) -> int:
@@ -100,6 +97,18 @@ class Session:
     def mode(self) -> Mode:
         return self.inbound.mode
 
+    @property
+    def pc(self) -> RTCPeerConnection | None:
+        return self.peer.pc
+
+    @property
+    def closing(self) -> bool:
+        return self.lifecycle.closing
+
+    @property
+    def close_reason(self) -> str | None:
+        return self.lifecycle.close_reason
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start_engine(self) -> None:
@@ -108,19 +117,19 @@ class Session:
         silence = self.inbound.feeder.prefill(self.link.stream.first_chunk_samples)  # ahead of real time
         self.link.feed(silence.start, silence.samples)
         self.liveness.engine_started_at = time.monotonic()
-        self.engine_started.set()
-        self._spawn(self._take_frames(), "engine-frames")
-        self._spawn(self.link.quality_changes(self._on_quality), "engine-quality")
+        self.lifecycle.engine_started.set()
+        self.tasks.spawn(self._take_frames(), "engine-frames")
+        self.tasks.spawn(self.link.quality_changes(self._on_quality), "engine-quality")
 
     async def _take_frames(self) -> None:
         try:
             await self.link.deliver(self.outbound.generated)
         except EngineError as exc:
-            if self._closing:
+            if self.closing:
                 return
             log.error("session %s: %s (%s)", self.id, exc.message, exc.code)
             self.events.emit(ErrorEvent(code=exc.code, message=exc.message))
-            self._spawn(self.close(exc.code), "close")
+            self.tasks.spawn(self.close(exc.code), "close")
 
     def _on_quality(self, change: QualityEvent) -> None:
         self.metrics.quality_changes.labels(change.reason).inc()
@@ -129,17 +138,17 @@ class Session:
     async def accept_offer(self, offer: RTCSessionDescription, ingest: bool = False) -> RTCSessionDescription:
         """Answer the browser's offer, or with ``ingest`` a WHIP publisher's (its audio is the microphone,
         nothing is sent back); media starts once ICE/DTLS connect."""
-        if self.pc is not None:
+        if self.peer.pc is not None:
             raise ApiError(409, "already_offered", "this session already has a peer connection")
         self.liveness.offered_at = time.monotonic()
-        self.pc = pc = create_peer(self.settings.ice_servers)
+        self.peer.pc = pc = create_peer(self.settings.ice_servers)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
         if ingest:
             description = await answer_ingest(pc, offer, self.settings.mic_jitter_packets)
         else:
-            self._peer_tracks = self.outbound.broadcast.subscribe()
-            description = await answer(pc, offer, *self._peer_tracks, mic_packets=self.settings.mic_jitter_packets)
+            self.peer.tracks = self.outbound.broadcast.subscribe()
+            description = await answer(pc, offer, *self.peer.tracks, mic_packets=self.settings.mic_jitter_packets)
         self._start_media_once()
         return description
 
@@ -157,15 +166,15 @@ class Session:
         return viewer
 
     def _start_media_once(self) -> None:
-        if not self._media_starting:
-            self._media_starting = True
-            self._spawn(self._start_media(), "media-start")
+        if not self.lifecycle.media_starting:
+            self.lifecycle.media_starting = True
+            self.tasks.spawn(self._start_media(), "media-start")
 
     def _viewer_connected(self) -> None:
         self.liveness.viewers_waiting_since = None
-        if not self.connected.is_set():
+        if not self.lifecycle.connected.is_set():
             self.liveness.connected()
-            self.connected.set()
+            self.lifecycle.connected.set()
 
     async def _start_media(self) -> None:
         """Start the feed clock once the peer is connected and the engine is up.
@@ -173,12 +182,12 @@ class Session:
         The clock starting at connection (not at session creation) keeps set-up time out of the
         mic-to-avatar latency; frames reach playout only after it, so its t0 is the connection.
         """
-        await asyncio.gather(self.connected.wait(), self.engine_started.wait())
+        await asyncio.gather(self.lifecycle.connected.wait(), self.lifecycle.engine_started.wait())
         self.inbound.feeder.start(time.monotonic())
-        self._spawn(self.outbound.broadcast.run(), "broadcast")
-        self._spawn(self.inbound.feed_loop.run(), "feed")
-        self._spawn(self._metrics_loop().run(), "metrics")
-        self.started.set()
+        self.tasks.spawn(self.outbound.broadcast.run(), "broadcast")
+        self.tasks.spawn(self.inbound.feed_loop.run(), "feed")
+        self.tasks.spawn(self._metrics_loop().run(), "metrics")
+        self.lifecycle.started.set()
         self.events.announce_ready()
 
     def _metrics_loop(self) -> MetricsLoop:
@@ -190,30 +199,26 @@ class Session:
 
     async def close(self, reason: str = "closed") -> None:
         """Free everything this session holds; idempotent, safe from any task."""
-        if self._closing:
-            await self.closed.wait()
+        lifecycle = self.lifecycle
+        if lifecycle.closing:
+            await lifecycle.closed.wait()
             return
-        self._closing = True
-        self.close_reason = reason
+        lifecycle.closing = True
+        lifecycle.close_reason = reason
         t0 = time.monotonic()
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
+        self.tasks.cancel()
         self.outbound.playout.close()
         await self.link.close()
         t_worker = time.monotonic()
         if self.outbound.recorder is not None:
             await asyncio.to_thread(self.outbound.recorder.close)
         t_rec = time.monotonic()
-        if self.pc is not None:
-            await close_peer(self.pc)
+        if self.peer.pc is not None:
+            await close_peer(self.peer.pc)
         await self.outbound.viewers.close()
         t_pc = time.monotonic()
-        others = [t for t in self._tasks if t is not current]
-        if others:
-            await asyncio.gather(*others, return_exceptions=True)
-        self.closed.set()
+        await self.tasks.wait()
+        lifecycle.closed.set()
         log.info(
             "session %s closed (%s) in %.2f s: worker %.2f, recorder %.2f, peer %.2f",
             self.id,
@@ -224,44 +229,31 @@ class Session:
             t_pc - t_rec,
         )
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
-    def _spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.create_task(coro, name=f"{self.id}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     # ---- peer callbacks ------------------------------------------------------------------
 
     def _on_track(self, track) -> None:
         if track.kind == "audio":
-            self._spawn(self.inbound.microphone.consume(track), "mic")
+            self.tasks.spawn(self.inbound.microphone.consume(track), "mic")
         else:  # read and ignored, so aiortc's receive queue stays empty
-            self._spawn(consume_microphone(track, self.sample_rate, lambda _: None), "inbound-video")
+            self.tasks.spawn(consume_microphone(track, self.sample_rate, lambda _: None), "inbound-video")
 
     async def _on_connection_state(self, pc: RTCPeerConnection) -> None:
-        if pc is not self.pc:
+        if pc is not self.peer.pc:
             return
         state = pc.connectionState
         if state == "connected":
             self.liveness.connected()
-            self.connected.set()
-        elif state in ("failed", "closed") and not self._closing:
+            self.lifecycle.connected.set()
+        elif state in ("failed", "closed") and not self.closing:
             if self.mode == "agent" and self.control_attached:
                 # The agent still drives the session: a page that watched it left, another may come.
-                self._spawn(self._release_peer(pc, f"peer_{state}"), "release-peer")
+                self.tasks.spawn(self._release_peer(pc, f"peer_{state}"), "release-peer")
             else:
-                self._spawn(self.close(f"peer_{state}"), "close")
+                self.tasks.spawn(self.close(f"peer_{state}"), "close")
 
     async def _release_peer(self, pc: RTCPeerConnection, reason: str) -> None:
         """Forget the session's peer (its tracks leave the broadcast); the session waits for the next."""
-        self.pc = None
-        for track in self._peer_tracks:
-            track.stop()
-        self._peer_tracks = ()
+        self.peer.vacate()
         log.info("session %s: peer left (%s); its agent keeps the session", self.id, reason)
         await close_peer(pc)
 

@@ -318,7 +318,7 @@ async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs(as
         s = await create(srv, image=photo)
         assert s["avatar"] is None
         session = srv.manager.sessions[s["session_id"]]
-        await asyncio.wait_for(session.engine_started.wait(), 30)
+        await asyncio.wait_for(session.lifecycle.engine_started.wait(), 30)
         assert await wait_until(lambda: session.link.nbytes() > 0, 10)  # the engine holds its rolling state
         assert (session.height, session.width) == (512, 512)
         cases = [

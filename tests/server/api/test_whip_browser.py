@@ -42,7 +42,7 @@ async def test_whip_whep_clients_from_another_origin_drive_and_watch_the_avatar(
             assert await page.evaluate("window.whipTest.error") is None, console
             session = await page.evaluate("window.whipTest.session")
             live = srv.manager.sessions[session["session_id"]]
-            assert live.ingest_id is not None and len(live.outbound.viewers) == 1
+            assert live.peer.ingest_id is not None and len(live.outbound.viewers) == 1
 
             async with whep_viewer(srv, session) as viewer:
                 t0 = time.monotonic()

@@ -54,7 +54,7 @@ async def offer_mutated(srv, index: int, outcomes: collections.Counter) -> tuple
 def settled(srv, sessions: list[dict]) -> bool:
     """Each session has connected, or is gone (refused, or reaped at the connect timeout)."""
     live = srv.manager.sessions
-    return all(s["session_id"] not in live or live[s["session_id"]].connected.is_set() for s in sessions)
+    return all(s["session_id"] not in live or live[s["session_id"]].lifecycle.connected.is_set() for s in sessions)
 
 
 async def test_mutated_live_offers_connect_or_are_reaped_and_leave_nothing_behind(monkeypatch):
@@ -73,7 +73,7 @@ async def test_mutated_live_offers_connect_or_are_reaped_and_leave_nothing_behin
                 "a session neither connected nor was reaped")
             for _, pc, session in tried:
                 live = srv.manager.sessions.get(session["session_id"])
-                outcomes["connected" if live is not None and live.connected.is_set() else "reaped"] += 1
+                outcomes["connected" if live is not None and live.lifecycle.connected.is_set() else "reaped"] += 1
                 await pc.close()
                 if live is not None:
                     await srv.manager.close(session["session_id"], "test_done")

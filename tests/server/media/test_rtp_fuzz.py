@@ -158,7 +158,7 @@ async def test_malformed_rtp_and_rtcp_cannot_stall_another_session(monkeypatch):
         assert sent[0] > 1000, sent
         assert attacked.pc.connectionState == "connected" and not attacked.closing  # it took all of that
         await send(attacker, ssrc_flood(payload_types(attacker.remoteDescription.sdp)), sent)
-        assert await wait_until(lambda: attacked.closed.is_set(), 10)
+        assert await wait_until(lambda: attacked.lifecycle.closed.is_set(), 10)
         assert attacked.close_reason == "peer_misbehaving"
         await attacker.close()
 

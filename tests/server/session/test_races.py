@@ -80,7 +80,7 @@ async def test_a_session_whose_only_viewers_never_connect_is_reaped(monkeypatch)
                 await asyncio.sleep(1.0)
             assert await wait_until(lambda: session["session_id"] not in srv.manager.sessions, 5)
             assert closed.close_reason == "connect_timeout"
-            assert closed.closed.is_set() and time.monotonic() - t0 < 5.0
+            assert closed.lifecycle.closed.is_set() and time.monotonic() - t0 < 5.0
             await admitted_session(srv)  # its slot is free again
         finally:
             await asyncio.gather(*(pc.close() for pc in pcs))
