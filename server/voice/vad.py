@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,34 +95,18 @@ class SpeechStopped:
     pcm: np.ndarray  # float32 mono at the input rate: [start - pre-roll, end)
 
 
-class SpeechDetector:
-    """Streams one microphone's audio (float32 mono at ``sample_rate``) into speech start/stop events."""
+class VadWindows:
+    """Cuts one stream (float32 mono at ``sample_rate``) into the model's 16 kHz windows, numbered
+    from the stream's start, and maps a window back to the input stream's samples."""
 
-    def __init__(self, sample_rate: int, config: VadConfig | None = None) -> None:
+    def __init__(self, sample_rate: int) -> None:
         self.sample_rate = sample_rate
-        self.config = cfg = config or VadConfig()
-        self._vad = SileroVAD()
         self._resampler = None if sample_rate == VAD_RATE else Resampler(VAD_RATE)
         self._pending = np.zeros(0, np.float32)  # 16 kHz samples not yet a whole window
-        self._windows = 0  # windows evaluated
-        self._ms = WINDOW * 1000 / VAD_RATE
-        self._need_speech = max(1, round(cfg.min_speech_ms / self._ms))
-        self._need_silence = max(1, round(cfg.min_silence_ms / self._ms))
-        self._run = 0  # windows in a row on the other side of the hysteresis
-        self._onset: int | None = None  # first window of a candidate/confirmed segment
-        self.speaking = False
-        self.received = 0  # input samples pushed so far
-        self._keep = int(cfg.pre_roll_ms * sample_rate / 1000)
-        # While idle, keep the pre-roll plus what detection lags behind the onset (the confirming windows).
-        self._hold = self._keep + self._sample(self._need_speech + 2)
-        self._audio: list[np.ndarray] = []  # input-rate audio: pre-roll, then the segment
-        self._audio_start = 0  # stream sample of _audio[0][0]
-        self.probability = 0.0
+        self._count = 0  # windows handed out
 
-    def push(self, samples: np.ndarray) -> list[SpeechStarted | SpeechStopped]:
-        events: list[SpeechStarted | SpeechStopped] = []
-        self._remember(samples)
-        self.received += samples.size
+    def push(self, samples: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Each whole window ``samples`` completes, with its index."""
         if self._resampler is None:
             audio = samples
         else:
@@ -129,14 +114,78 @@ class SpeechDetector:
         self._pending = np.concatenate([self._pending, audio]) if self._pending.size else audio
         while self._pending.size >= WINDOW:
             window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
+            index = self._count
+            self._count += 1
+            yield index, window
+
+    def sample(self, window: int) -> int:
+        """Input-stream sample where window ``window`` begins."""
+        return window * WINDOW * self.sample_rate // VAD_RATE
+
+
+class SegmentAudio:
+    """The input audio a segment's PCM is cut from: while idle only the pre-roll and what detection
+    lags behind an onset, from a (candidate) onset on everything until the segment is cut."""
+
+    def __init__(self, pre_roll: int, hold: int) -> None:
+        self._keep = pre_roll  # input samples kept from before a segment's start
+        self._hold = hold  # input samples kept while idle
+        self._audio: list[np.ndarray] = []
+        self._start = 0  # stream sample of _audio[0][0]
+
+    def remember(self, samples: np.ndarray, in_segment: bool) -> None:
+        self._audio.append(samples.astype(np.float32, copy=False))
+        if in_segment:
+            return
+        total = sum(a.size for a in self._audio)
+        while self._audio and total - self._audio[0].size >= self._hold:
+            total -= self._audio[0].size
+            self._start += self._audio[0].size
+            self._audio.pop(0)
+
+    def cut(self, start: int, end: int) -> np.ndarray:
+        """The segment ``[start, end)`` with its pre-roll; what follows ``end`` stays."""
+        audio = np.concatenate(self._audio) if self._audio else np.zeros(0, np.float32)
+        lo = max(0, start - self._keep - self._start)
+        hi = max(lo, end - self._start)
+        pcm = audio[lo:hi].copy()
+        tail = audio[hi:]
+        self._audio = [tail] if tail.size else []
+        self._start = end
+        return pcm
+
+
+class SpeechDetector:
+    """Streams one microphone's audio (float32 mono at ``sample_rate``) into speech start/stop events."""
+
+    def __init__(self, sample_rate: int, config: VadConfig | None = None) -> None:
+        self.sample_rate = sample_rate
+        self.config = cfg = config or VadConfig()
+        self._vad = SileroVAD()
+        self._windows = VadWindows(sample_rate)
+        ms = WINDOW * 1000 / VAD_RATE
+        self._need_speech = max(1, round(cfg.min_speech_ms / ms))
+        self._need_silence = max(1, round(cfg.min_silence_ms / ms))
+        self._run = 0  # windows in a row on the other side of the hysteresis
+        self._onset: int | None = None  # first window of a candidate/confirmed segment
+        self.speaking = False
+        self.received = 0  # input samples pushed so far
+        pre_roll = int(cfg.pre_roll_ms * sample_rate / 1000)
+        # While idle, keep the pre-roll plus what detection lags behind the onset (the confirming windows).
+        self._audio = SegmentAudio(pre_roll, pre_roll + self._windows.sample(self._need_speech + 2))
+        self.probability = 0.0
+
+    def push(self, samples: np.ndarray) -> list[SpeechStarted | SpeechStopped]:
+        events: list[SpeechStarted | SpeechStopped] = []
+        self._audio.remember(samples, in_segment=self.speaking or self._onset is not None)
+        self.received += samples.size
+        for index, window in self._windows.push(samples):
             self.probability = p = self._vad(window)
-            index = self._windows
-            self._windows += 1
             events.extend(self._step(index, p))
         return events
 
     def _step(self, index: int, p: float) -> list[SpeechStarted | SpeechStopped]:
-        cfg = self.config
+        cfg, sample = self.config, self._windows.sample
         if not self.speaking:
             if p >= cfg.threshold:
                 if self._run == 0:
@@ -144,47 +193,24 @@ class SpeechDetector:
                 self._run += 1
                 if self._run >= self._need_speech:
                     self.speaking, self._run = True, 0
-                    return [SpeechStarted(self._sample(self._onset or index))]
+                    return [SpeechStarted(sample(self._onset or index))]
             else:
                 self._run, self._onset = 0, None
             return []
-        start = self._sample(self._onset or 0)
-        if self._sample(index + 1) - start >= cfg.max_segment_s * self.sample_rate:
-            stop = self._stop(start, self._sample(index + 1))
+        start = sample(self._onset or 0)
+        if sample(index + 1) - start >= cfg.max_segment_s * self.sample_rate:
+            stop = self._stop(start, sample(index + 1))
             self.speaking, self._onset = True, index + 1
-            return [stop, SpeechStarted(self._sample(index + 1))]
+            return [stop, SpeechStarted(sample(index + 1))]
         if p < cfg.neg_threshold:
             self._run += 1
             if self._run >= self._need_silence:
-                end = self._sample(index + 1 - self._run)
+                end = sample(index + 1 - self._run)
                 self.speaking, self._run, self._onset = False, 0, None
                 return [self._stop(start, end)]
         else:
             self._run = 0
         return []
 
-    def _sample(self, window: int) -> int:
-        """Input-stream sample where window ``window`` begins."""
-        return window * WINDOW * self.sample_rate // VAD_RATE
-
-    def _remember(self, samples: np.ndarray) -> None:
-        """Keep the pre-roll while idle, and everything from it on while in (or entering) speech."""
-        self._audio.append(samples.astype(np.float32, copy=False))
-        if self.speaking or self._onset is not None:
-            return
-        total = sum(a.size for a in self._audio)
-        while self._audio and total - self._audio[0].size >= self._hold:
-            total -= self._audio[0].size
-            self._audio_start += self._audio[0].size
-            self._audio.pop(0)
-
     def _stop(self, start: int, end: int) -> SpeechStopped:
-        audio = np.concatenate(self._audio) if self._audio else np.zeros(0, np.float32)
-        lo = max(0, start - self._keep - self._audio_start)
-        hi = max(lo, end - self._audio_start)
-        pcm = audio[lo:hi].copy()
-        tail = audio[hi:]
-        self._audio = [tail] if tail.size else []
-        self._audio_start = end
-        return SpeechStopped(start, end, pcm)
-
+        return SpeechStopped(start, end, self._audio.cut(start, end))
