@@ -5,7 +5,8 @@ published frames in order, silence queued audio on an interrupt, close it, read 
 implementations differ only in where the worker loop runs: ``WorkerPool`` over subprocess
 workers (the default: one per device, crash-isolated, supervised) or over one in-process
 worker thread (``--engine inprocess``, for tests and debugging), whose messages are handed
-over as they are, with no pipe and no pickling (``engine.service.launch``).
+over as they are and whose frames are written into this process's memory: no pipe, no
+pickling, no shared memory (``engine.service.launch``).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class WorkerView:
 class EngineStream:
     """One engine session as the web process sees it.
 
-    Frames arrive as slot references; ``next_frame`` copies a frame out of shared memory and
-    gives its slot back, so the engine can run ahead of playout by the slot count at most.
+    Frames arrive as slot references; ``next_frame`` copies a frame out of its slot and
+    gives the slot back, so the engine can run ahead of playout by the slot count at most.
     """
 
     def __init__(self, session: str, info: EngineInfo, slots: FrameSlots, send: Callable[[object], None],

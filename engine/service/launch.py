@@ -1,6 +1,7 @@
 """Where a worker loop runs, and how the web process talks with it: a subprocess of its own
-(crash-isolated; a pipe, pickled messages, a writer thread) or a thread here (no isolation;
-messages handed over as they are, nothing pickled).
+(crash-isolated; a pipe, pickled messages, a writer thread, frames in shared memory) or a
+thread here (no isolation; messages handed over as they are, nothing pickled, frames in this
+process's memory).
 
 Either handle is connected once, on the event loop: the worker's messages reach
 ``on_message`` on that loop, ``on_lost`` is called once the worker or its connection is gone,
@@ -14,12 +15,15 @@ import contextlib
 import multiprocessing
 import os
 import queue
+import secrets
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
 from engine.service.outbox import Outbox
+from engine.service.slots import FrameSlots
 from engine.service.worker import WorkerOptions, process_main, serve
 
 Send = Callable[[object], None]
@@ -30,6 +34,9 @@ class WorkerHandle(Protocol):
     sentinel: int | None  # a file descriptor readable once the worker has ended (None: a thread)
 
     def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send: ...
+
+    def frame_slots(self, count: int, frame_size: tuple[int, int], audio_samples: int) -> tuple[str, FrameSlots]:
+        """A new session's slots, and the address the worker finds them at."""
 
     def receive(self) -> None:
         """Hand ``on_message`` what the worker said and the loop has not taken yet."""
@@ -62,6 +69,10 @@ class ProcessHandle:
         loop.add_reader(self.conn.fileno(), self.receive)
         loop.add_reader(self.sentinel, on_lost, "the engine worker process exited")
         return self._outbox.put
+
+    def frame_slots(self, count: int, frame_size: tuple[int, int], audio_samples: int) -> tuple[str, FrameSlots]:
+        slots = FrameSlots.create(count, frame_size, audio_samples)
+        return str(slots.path), slots
 
     def receive(self) -> None:
         try:
@@ -130,6 +141,8 @@ class ThreadHandle:
         self._load = load
         self._thread: threading.Thread | None = None
         self._conn: LocalConnection | None = None
+        # Slots handed to the worker by name; each entry goes with the web side's handle.
+        self._slots: weakref.WeakValueDictionary[str, FrameSlots] = weakref.WeakValueDictionary()
         self.pid = os.getpid()
         self.sentinel = None
 
@@ -141,9 +154,22 @@ class ThreadHandle:
         self._thread.start()
         return conn.put
 
+    def frame_slots(self, count: int, frame_size: tuple[int, int], audio_samples: int) -> tuple[str, FrameSlots]:
+        slots = FrameSlots.in_memory(count, frame_size, audio_samples)
+        address = f"memory-{secrets.token_hex(6)}"
+        self._slots[address] = slots
+        return address, slots
+
+    def _attach(self, address: str, count: int, frame_size: tuple[int, int], audio_samples: int) -> FrameSlots:
+        slots = self._slots.get(address)
+        if slots is None or slots.count != count or (slots.height, slots.width) != frame_size \
+                or slots.audio_samples != audio_samples:
+            raise ValueError(f"no in-process slots {address} of {count} slots of this frame size")
+        return slots.share()
+
     def _run(self, conn: LocalConnection, loop: asyncio.AbstractEventLoop, on_lost: Callable[[str], None]) -> None:
         try:
-            serve(conn, self._options, self._load)
+            serve(conn, self._options, self._load, self._attach)
         finally:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(on_lost, "the engine worker thread ended")

@@ -1,8 +1,8 @@
 """What crosses the boundary between the web process and an engine worker.
 
-Small picklable dataclasses over one duplex connection per worker; pixels and audio of
-published frames do not travel here but through the session's shared-memory slots
-(``engine.service.slots``), referenced by slot number.
+Small picklable dataclasses over one duplex connection per worker (handed over as they are to
+a worker thread); pixels and audio of published frames do not travel here but through the
+session's frame slots (``engine.service.slots``), referenced by slot number.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class EngineInfo:
 class OpenSession:
     session: str
     spec: SessionSpec
-    slots_path: str
+    slots_address: str  # where the worker finds the slots: a slot file's path, or in-process slots' name
     slot_count: int
 
 

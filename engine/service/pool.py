@@ -38,7 +38,6 @@ from engine.service.messages import (
     WorkerReady,
     WorkerStats,
 )
-from engine.service.slots import FrameSlots
 from engine.service.worker import WorkerOptions
 
 log = logging.getLogger(__name__)
@@ -176,10 +175,10 @@ class WorkerLink:
         sid = session or "e_" + secrets.token_hex(6)
         if sid in self.streams or sid in self._opening:
             raise EngineError("bad_request", f"session {sid} is already open")
-        slots = FrameSlots.create(2 * info.step_frames, spec.frame_size(info), info.samples_per_frame)
+        address, slots = self.handle.frame_slots(2 * info.step_frames, spec.frame_size(info), info.samples_per_frame)
         future: asyncio.Future[SessionOpened] = asyncio.get_running_loop().create_future()
         self._opening[sid] = future
-        self.send(OpenSession(sid, spec, str(slots.path), slots.count))
+        self.send(OpenSession(sid, spec, address, slots.count))
         try:
             opened = await asyncio.wait_for(future, OPEN_TIMEOUT_S)
         except BaseException as exc:

@@ -1,10 +1,11 @@
-"""Shared-memory frame slots: where a worker writes a session's published frames.
+"""Frame slots: where a worker writes a session's published frames.
 
-One file in ``/dev/shm`` per session, created and unlinked by the web process (so a dead
-worker leaves nothing behind), mapped by both sides. Each slot holds one frame's RGB and
-its audio; the worker writes only into slots the web process has released, which makes the
-slot count the session's credit: the engine runs at most that many frames ahead of
-playout, and frame arrays are never pickled.
+For a worker subprocess, one file in ``/dev/shm`` per session, created and unlinked by the web
+process (so a dead worker leaves nothing behind), mapped by both sides; for a worker thread of
+the web process, plain memory of this process that both sides hold (``in_memory``). Each slot
+holds one frame's RGB and its audio; the worker writes only into slots the web process has
+released, which makes the slot count the session's credit: the engine runs at most that many
+frames ahead of playout, and frame arrays are never pickled.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ PREFIX = "avatar-frames-"
 
 
 class FrameSlots:
-    def __init__(self, path: Path, count: int, frame_size: tuple[int, int], audio_samples: int,
-                 mapping: mmap.mmap) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, count: int, frame_size: tuple[int, int], audio_samples: int,
+                 memory: mmap.mmap | bytearray) -> None:
+        self.path = path  # None: in this process's memory only
         self.count = count
         self.height, self.width = frame_size
         self.audio_samples = audio_samples
         self._rgb_bytes = self.height * self.width * 3
         self.slot_bytes = self._rgb_bytes + 4 * audio_samples
-        self._map = mapping
-        self._buf = np.frombuffer(mapping, dtype=np.uint8)
+        self._memory: mmap.mmap | bytearray | None = memory
+        self._buf = np.frombuffer(memory, dtype=np.uint8)
 
     @staticmethod
     def size(count: int, frame_size: tuple[int, int], audio_samples: int) -> int:
@@ -47,6 +48,18 @@ class FrameSlots:
         finally:
             os.close(fd)
         return cls(path, count, frame_size, audio_samples, mapping)
+
+    @classmethod
+    def in_memory(cls, count: int, frame_size: tuple[int, int], audio_samples: int) -> FrameSlots:
+        """Slots for a worker on a thread of this process: the worker writes into the same memory
+        (:meth:`share`), nothing goes through the file system."""
+        return cls(None, count, frame_size, audio_samples, bytearray(cls.size(count, frame_size, audio_samples)))
+
+    def share(self) -> FrameSlots:
+        """Another handle on in-process slots, closed on its own as a second mapping would be."""
+        if not isinstance(self._memory, bytearray):
+            raise ValueError("only in-process slots are shared by handle; a slot file is attached by its path")
+        return FrameSlots(None, self.count, (self.height, self.width), self.audio_samples, self._memory)
 
     @classmethod
     def attach(cls, path: str | Path, count: int, frame_size: tuple[int, int], audio_samples: int) -> FrameSlots:
@@ -80,11 +93,14 @@ class FrameSlots:
 
     def close(self) -> None:
         self._buf = np.zeros(0, np.uint8)
-        try:
-            self._map.close()
-        except BufferError:  # a view still exported; the mapping goes with the last one
-            pass
+        memory, self._memory = self._memory, None
+        if isinstance(memory, mmap.mmap):
+            try:
+                memory.close()
+            except BufferError:  # a view still exported; the mapping goes with the last one
+                pass
 
     def unlink(self) -> None:
         self.close()
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)

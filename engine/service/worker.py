@@ -2,7 +2,8 @@
 
 ``serve(conn, options)`` is the whole worker: it loads the pipeline once, measures what a
 chunk costs, reports ready, then loops — apply the web process's commands, run the most
-urgent batch, write its frames into the sessions' shared-memory slots, report. The same
+urgent batch, write its frames into the sessions' slots (shared memory, or this process's
+memory for a worker thread), report. The same
 loop runs in a subprocess (the default: a crash costs only this worker's sessions) or on a
 thread of the web process (``--engine inprocess``).
 """
@@ -17,6 +18,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,6 +49,8 @@ from engine.service.slots import FrameSlots
 
 log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.5
+# (address, slot count, (height, width), audio samples per frame) -> the worker's handle on the slots
+AttachSlots = Callable[[str, int, tuple[int, int], int], FrameSlots]
 IDLE_WAIT_S = 0.02
 
 
@@ -215,12 +219,13 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
 
 
 class Worker:
-    """The loop state: the core, the sessions' slot files, the command inbox."""
+    """The loop state: the core, the sessions' slots, the command inbox."""
 
-    def __init__(self, conn, core, options: WorkerOptions) -> None:
+    def __init__(self, conn, core, options: WorkerOptions, attach: AttachSlots = FrameSlots.attach) -> None:
         self.conn = conn
         self.core = core
         self.options = options
+        self.attach = attach
         self.slots: dict[str, FrameSlots] = {}
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.running = True
@@ -287,7 +292,7 @@ class Worker:
 
         info = self.core.info
         try:
-            slots = FrameSlots.attach(msg.slots_path, msg.slot_count, msg.spec.frame_size(info), info.samples_per_frame)
+            slots = self.attach(msg.slots_address, msg.slot_count, msg.spec.frame_size(info), info.samples_per_frame)
         except (OSError, ValueError) as exc:
             self.conn.send(SessionOpened(msg.session, f"frame slots unusable: {exc}"))
             return
@@ -350,16 +355,16 @@ class Worker:
         ))
 
 
-def serve(conn, options: WorkerOptions, load=None) -> None:
+def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSlots.attach) -> None:
     """A worker's whole life: load (``load(options)``, default :func:`load_core`), report ready
-    (or why not), serve until told to stop."""
+    (or why not), serve until told to stop; ``attach`` finds a session's slots by their address."""
     try:
         core = (load or load_core)(options)
     except Exception as exc:
         log.exception("engine worker could not start")
         conn.send(WorkerFailed(f"{exc.__class__.__name__}: {exc}"))
         return
-    worker = Worker(conn, core, options)
+    worker = Worker(conn, core, options, attach)
     try:
         worker.report(force=True)  # the capacity figure is there by the time the worker is ready
         conn.send(WorkerReady(os.getpid(), options.device, core.info))

@@ -1,10 +1,12 @@
-"""Engine workers as real subprocesses: frames through shared memory, crash isolation,
-the progress watchdog, workers that cannot start, and no slot files left behind."""
+"""Engine workers as real subprocesses (frames through shared memory, crash isolation, the
+progress watchdog, workers that cannot start, no slot files left behind) and as a thread of this
+process (nothing pickled, frames in memory, the same frames as a subprocess's)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import threading
 import time
@@ -191,12 +193,24 @@ async def test_a_worker_that_cannot_start_leaves_the_pool_degraded(pool):
     assert info.value.code == "engine_unavailable"
 
 
-async def test_the_in_process_engine_speaks_the_same_protocol(pool):
-    """The in-process worker gets the messages themselves (no pipe, no pickling, no writer
-    thread), and still its own copy of the audio: the caller's buffer may change after a push."""
+class Unpicklable(SessionSpec):
+    """A session's spec that cannot cross a pipe: pickling it raises."""
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("this spec refuses to be pickled")
+
+
+async def test_the_in_process_engine_hands_the_worker_its_objects_and_frames_in_memory(pool):
+    """The in-process worker gets the messages themselves (no pipe, no pickling, no writer thread)
+    and writes frames into this process's memory (no slot file), and still its own copy of the
+    audio: the caller's buffer may change after a push."""
     p = await pool(kind="inprocess")
-    stream = await p.open(SessionSpec(seed=5, preset=Preset.QUALITY))
-    assert p.workers()[0].pid == os.getpid()
+    spec = Unpicklable(seed=5, preset=Preset.QUALITY)
+    with pytest.raises(TypeError, match="refuses"):
+        pickle.dumps(spec)
+    stream = await p.open(spec)
+    assert p.workers()[0].pid == os.getpid() and stream.slots.path is None
+    assert my_slot_files() == []
     assert not [t.name for t in threading.enumerate() if t.name.startswith("worker-outbox")]
     pcm = await feed(stream, 1.5)
     pushed = pcm.copy()
@@ -207,6 +221,26 @@ async def test_the_in_process_engine_speaks_the_same_protocol(pool):
     np.testing.assert_array_equal(got[7].audio, pushed[7 * spf:8 * spf])
     assert np.abs(got[19].audio).max() > 0
     await stream.close()
+    assert my_slot_files() == []
+
+
+async def test_in_process_and_subprocess_engines_publish_the_same_frames(pool):
+    """One front end, either client: the same session and audio give the same pixels and audio."""
+    published = {}
+    for kind in ("subprocess", "inprocess"):
+        p = await pool(kind=kind)
+        stream = await p.open(SessionSpec(seed=7, preset=Preset.QUALITY))
+        pcm = await feed(stream, 1.5, seed=2)
+        published[kind] = await frames(stream, 24)
+        await stream.close()
+        await p.close()
+    spf = stream.info.samples_per_frame
+    for sub, inproc in zip(published["subprocess"], published["inprocess"], strict=True):
+        assert (sub.index, sub.chunk) == (inproc.index, inproc.chunk)
+        np.testing.assert_array_equal(sub.rgb, inproc.rgb)
+        np.testing.assert_array_equal(sub.audio, inproc.audio)
+        np.testing.assert_array_equal(inproc.audio, pcm[inproc.index * spf:(inproc.index + 1) * spf])
+    assert len({f.rgb.tobytes() for f in published["inprocess"]}) > 1  # the avatar moves
 
 
 async def test_a_stalled_worker_blocks_neither_the_loop_nor_other_sessions(pool):

@@ -1,4 +1,4 @@
-"""Shared-memory frame slots: both sides see the same bytes, and nothing is left behind."""
+"""Frame slots, in shared memory or in this process's: both sides see the same bytes, and nothing is left behind."""
 
 from __future__ import annotations
 
@@ -47,3 +47,22 @@ def test_slot_files_are_private_to_the_user():
         assert os.stat(owner.path).st_mode & 0o077 == 0
     finally:
         owner.unlink()
+
+
+def test_in_process_slots_are_shared_by_handle_and_need_no_file():
+    owner = FrameSlots.in_memory(2, (4, 3), 2)
+    worker = owner.share()
+    rgb = np.full((4, 3, 3), 7, np.uint8)
+    worker.write(1, rgb, np.array([0.5, -1.0], np.float32))
+    got_rgb, got_audio = owner.read(1)
+    np.testing.assert_array_equal(got_rgb, rgb)
+    np.testing.assert_array_equal(got_audio, [0.5, -1.0])
+    worker.close()  # the worker's handle goes; the owner still reads
+    assert owner.read(1)[0].sum() == rgb.sum() and owner.path is None
+    owner.unlink()
+    file = FrameSlots.create(1, (2, 2), 1)
+    try:
+        with pytest.raises(ValueError, match="in-process"):
+            file.share()
+    finally:
+        file.unlink()
