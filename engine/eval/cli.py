@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from engine.presets import DEFAULT_PRESET, Preset
+
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``avatar eval`` on the CLI's subparsers (like ``server.cli.add_serve_parser``)."""
@@ -23,8 +25,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--clips", type=int, default=4, help="held-out clips for lip sync, seams, PSNR/SSIM")
     p.add_argument("--json", default=None, help="write the full result as JSON")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
-    p.add_argument("--long-preset", default="fast", choices=["fast", "quality"],
-                   help="the preset the long run streams through (default fast, what sessions get)")
+    p.add_argument("--long-preset", default=DEFAULT_PRESET, choices=list(Preset),
+                   help=f"the preset the long run streams through (default {DEFAULT_PRESET}, what sessions get)")
     p.add_argument("--guidance", type=float, default=None,
                    help="audio guidance against silence, 1 = off (default: the config's)")
     p.add_argument("--no-deblock", action="store_true",
@@ -97,7 +99,7 @@ def cmd_eval_photo(args: argparse.Namespace) -> int:
         print(f"avatar eval: error: {exc.reason}", file=sys.stderr)
         return 2
     subject = args.avatar or Path(args.image).name
-    pipe = _pipeline(args).preset("fast")
+    pipe = _pipeline(args).preset(Preset.FAST)
     try:
         result = evaluate_photo(pipe, photo, clips=args.clips, minutes=args.minutes, seed=args.seed,
                                 progress=not args.quiet, image=subject)

@@ -65,6 +65,7 @@ from engine.frames import drain
 from engine.media.image import ImageError, load_image
 from engine.photo.avatar import PhotoAvatar, photo_avatar
 from engine.pipeline import Pipeline
+from engine.presets import Preset
 from engine.puppet import openness_series
 
 MAX_LAG = 3
@@ -538,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         from skimage import data
 
         photo = photo_avatar(np.ascontiguousarray(data.astronaut()))
-    pipe = Pipeline.from_config(args.config, threads=args.threads).preset("fast")
+    pipe = Pipeline.from_config(args.config, threads=args.threads).preset(Preset.FAST)
     pictures(Path(args.pictures), pipe, photo)
     print(f"wrote {args.pictures}")
     return 0

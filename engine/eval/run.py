@@ -31,6 +31,7 @@ from engine.eval.probe import measure_openness
 from engine.frames import PublishedFrame
 from engine.media.audio_io import save_png
 from engine.pipeline import Pipeline
+from engine.presets import DEFAULT_PRESET, Preset
 from engine.puppet import FaceState, Identity, face_track_from_audio, openness_series, reference_image, render_video
 from engine.puppet.engine import PuppetPipeline
 
@@ -318,7 +319,7 @@ def evaluate_long(pipeline: Pipeline | PuppetPipeline, clip: Clip, minutes: floa
 
 def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: float = 60.0, seed: int = 0,
              no_interp: Pipeline | PuppetPipeline | None = None, progress: bool = True,
-             sheet: Path | None = None, long_preset: str = "fast") -> dict[str, Any]:
+             sheet: Path | None = None, long_preset: str = DEFAULT_PRESET) -> dict[str, Any]:
     """All of issue 4's evaluation for one pipeline, as a JSON-able dict (see ``format_table``).
 
     ``no_interp`` defaults to the same models with I chunks switched off; a pipeline without
@@ -334,9 +335,9 @@ def evaluate(pipeline: Pipeline | PuppetPipeline, clips: int = 4, long_minutes: 
         pipes = {"no_interp": pipeline}
     cfg = pipeline.config
     if cfg.fast_schedule(pipeline.steps) != (cfg.schedule.chunk, pipeline.steps):
-        pipes["fast"] = pipeline.preset("fast")  # the low-latency schedule sessions get by default
+        pipes["fast"] = pipeline.preset(Preset.FAST)  # the low-latency schedule sessions get by default
     if isinstance(pipeline, Pipeline):
-        pipes[DRAWN] = pipeline.preset("fast")
+        pipes[DRAWN] = pipeline.preset(Preset.FAST)
     test_clips = [make_clip(i, pipeline.sample_rate, seed) for i in range(clips)]
     log(f"eval: {clips} held-out clips ({sum(c.seconds for c in test_clips):.1f} s of speech)")
     result: dict[str, Any] = {

@@ -27,6 +27,7 @@ import numpy as np
 from engine.face.checks import FaceError, find_face
 from engine.face.landmarks import CHEEKBONES, JAW, LIPS_OUTER_LOWER, LIPS_OUTER_UPPER, Face
 from engine.photo.avatar import photo_avatar
+from engine.presets import Preset
 
 Draw = Callable[[np.ndarray, Face], np.ndarray]
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.save).mkdir(parents=True, exist_ok=True)
         for name, picture in make_variants(image, names).items():
             Image.fromarray(picture).save(Path(args.save) / f"{name.replace(' ', '_').replace('°', '')}.png")
-    pipe = Pipeline.from_config("tiny", threads=args.threads).preset("fast")
+    pipe = Pipeline.from_config("tiny", threads=args.threads).preset(Preset.FAST)
     rows = evaluate_variants(pipe, image, args.clips, names=names)
     print(format_variants(rows))
     if args.card:

@@ -30,6 +30,7 @@ from engine.modules.vae import latent_frames
 from engine.photo.latent_reader import CONTEXT, LATENT_READER_PATH, LatentMotionReader, load_latent_reader, stack_inputs
 from engine.photo.reader import OUTPUTS, load_reader, paired_crops, reference_crops
 from engine.pipeline import Pipeline
+from engine.presets import Preset
 from engine.puppet import Identity, reference_image
 from engine.stages.super_resolution import SRInput, SROutput
 from engine.train.frame_readers import HELD_OUT_SEED, on_one_thread, save_weights
@@ -109,12 +110,12 @@ def collect(clips: int, seconds: float, seed: int, voices: tuple[str, ...] = VOI
     (``sampled_share`` of them) by identities sampled from seeds from ``identity_seeds`` on (training
     identities lie below ``HELD_OUT_SEED``): sessions drive the bundled avatars, evaluation others."""
     base = Pipeline.from_config("tiny", threads=torch.get_num_threads())
-    presets = {name: base.preset(name) for name in ("fast", "quality")}
+    presets = {name: base.preset(name) for name in Preset}
     rng = np.random.default_rng(seed)
     names = avatar_names()
     sets = []
     for i in range(clips):
-        preset = "quality" if rng.random() < quality_share else "fast"
+        preset = Preset.QUALITY if rng.random() < quality_share else Preset.FAST
         avatar: str | Identity = names[i % len(names)]
         if rng.random() < sampled_share:
             avatar = Identity.sample(np.random.default_rng(identity_seeds + i), name=f"latents{identity_seeds + i}")
