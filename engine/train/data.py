@@ -17,7 +17,7 @@ TRAIN_IDENTITY_SEEDS = range(0, 10_000)  # evaluation identities use seeds >= 10
 
 
 @dataclass
-class Clip:
+class TrainingClip:
     identity: Identity
     audio: np.ndarray  # float32 mono, exactly frames * samples_per_frame samples
     states: list[FaceState]
@@ -31,7 +31,7 @@ class Clip:
 
 
 def make_clip(config: EngineConfig, seed: int, seconds: float = 8.0,
-              voices: tuple[str, ...] = VOICES) -> Clip:
+              voices: tuple[str, ...] = VOICES) -> TrainingClip:
     rng = np.random.default_rng(seed)
     identity = Identity.sample(rng, name=f"train{seed}")
     spf, td = config.samples_per_frame, config.vae.temporal_down
@@ -39,7 +39,7 @@ def make_clip(config: EngineConfig, seed: int, seconds: float = 8.0,
     frames = 1 + (pcm.size // spf - 1) // td * td  # 1 + k*T frames: whole latents
     pcm = pcm[: frames * spf]
     states = face_track_from_audio(pcm, config.audio.sample_rate, config.fps, seed=seed)[:frames]
-    return Clip(identity, pcm, states)
+    return TrainingClip(identity, pcm, states)
 
 
 def to_tensor(frames: np.ndarray) -> torch.Tensor:

@@ -24,7 +24,7 @@ MODE_WEIGHTS = (0.1, 0.6, 0.3)
 
 
 @dataclass(frozen=True)
-class Batch:
+class TrainingBatch:
     mode: str
     ref_lr: torch.Tensor  # (B, c, h, w)
     history: torch.Tensor | None  # (B, W, c, h, w)
@@ -44,7 +44,7 @@ def mel_windows(clip_mel: torch.Tensor, mel_start: int, lo: int, hi: int, config
 
 
 def sample_batch(data: LatentSet, rng: np.random.Generator, batch: int, mode: str, config,
-                 chunk: int | None = None) -> Batch:
+                 chunk: int | None = None) -> TrainingBatch:
     """``batch`` windows of one mode; N chunks are ``chunk`` latents long (the schedule's chunk
     by default)."""
     s = config.schedule
@@ -68,7 +68,7 @@ def sample_batch(data: LatentSet, rng: np.random.Generator, batch: int, mode: st
             hist.append(lr[lo - w:lo])
             hist_mel.append(mel_windows(clip.mel, clip.mel_start, lo - w, lo, config))
     stack = torch.stack
-    return Batch(mode, stack(refs), stack(hist) if hist else None, stack(hist_mel) if hist_mel else None,
+    return TrainingBatch(mode, stack(refs), stack(hist) if hist else None, stack(hist_mel) if hist_mel else None,
                  stack(tgt), stack(tgt_mel))
 
 
@@ -77,7 +77,7 @@ def shifted_t(rng: torch.Generator, n: int, shift: float) -> torch.Tensor:
     return shift * u / (1 + (shift - 1) * u)
 
 
-def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: Batch, gen: torch.Generator,
+def flow_loss(dit: A2VDiT, audio: AudioEncoder, b: TrainingBatch, gen: torch.Generator,
               weight: torch.Tensor | None = None) -> torch.Tensor:
     config = dit.config
     s = config.schedule

@@ -38,7 +38,7 @@ from engine.train.speech import VOICES, utterance
 
 
 @dataclass(frozen=True)
-class LatentSet:
+class ReaderExamples:
     """Reader inputs, the pixel reader's outputs for each latent's frames, and which frames exist."""
 
     inputs: torch.Tensor  # (N, (CONTEXT + 2) * c, h, w)
@@ -46,16 +46,16 @@ class LatentSet:
     mask: torch.Tensor  # (N, frames) 1 where the latent has that frame
 
     @staticmethod
-    def cat(sets: list[LatentSet]) -> LatentSet:
-        return LatentSet(*(torch.cat([getattr(s, f) for s in sets]) for f in ("inputs", "target", "mask")))
+    def cat(sets: list[ReaderExamples]) -> ReaderExamples:
+        return ReaderExamples(*(torch.cat([getattr(s, f) for s in sets]) for f in ("inputs", "target", "mask")))
 
     def save(self, path: Path) -> None:
         save_file({"inputs": self.inputs, "target": self.target, "mask": self.mask}, str(path))
 
     @staticmethod
-    def load(path: Path) -> LatentSet:
+    def load(path: Path) -> ReaderExamples:
         t = load_file(str(path))
-        return LatentSet(t["inputs"], t["target"], t["mask"])
+        return ReaderExamples(t["inputs"], t["target"], t["mask"])
 
 
 class _Recording:
@@ -70,7 +70,7 @@ class _Recording:
         return self.stage(inp)
 
 
-def clip_set(pipe: Pipeline, avatar: str | Identity, pcm: np.ndarray, seed: int) -> LatentSet:
+def clip_set(pipe: Pipeline, avatar: str | Identity, pcm: np.ndarray, seed: int) -> ReaderExamples:
     """One utterance spoken as ``avatar`` (bundled, or an identity the DiT may not have seen): its
     latents and the pixel reader's reading of its frames."""
     recording = _Recording(pipe.sr)
@@ -100,12 +100,12 @@ def clip_set(pipe: Pipeline, avatar: str | Identity, pcm: np.ndarray, seed: int)
                 target[g, j], mask[g, j] = read[at[n]], 1.0
     reference = pool_latents(session.state.reference.hr_latent, pipe.config.dit.lr_factor)[0].float()
     inputs = stack_inputs(latents, torch.zeros(CONTEXT, *latents.shape[1:]), reference)
-    return LatentSet(inputs, target, mask)
+    return ReaderExamples(inputs, target, mask)
 
 
 def collect(clips: int, seconds: float, seed: int, voices: tuple[str, ...] = VOICES,
             quality_share: float = 0.25, sampled_share: float = 0.5, identity_seeds: int = 0,
-            log: bool = True) -> LatentSet:
+            log: bool = True) -> ReaderExamples:
     """``clips`` utterances of about ``seconds`` each, spoken by the bundled avatars in turn or
     (``sampled_share`` of them) by identities sampled from seeds from ``identity_seeds`` on (training
     identities lie below ``HELD_OUT_SEED``): sessions drive the bundled avatars, evaluation others."""
@@ -124,17 +124,17 @@ def collect(clips: int, seconds: float, seed: int, voices: tuple[str, ...] = VOI
         if log:
             print(f"latent reader data: clip {i + 1}/{clips} ({preset}, {getattr(avatar, 'name', avatar)}), "
                   f"{sum(len(s.inputs) for s in sets)} latents")
-    return LatentSet.cat(sets)
+    return ReaderExamples.cat(sets)
 
 
-def heldout_set(clips: int, seed: int) -> LatentSet:
+def heldout_set(clips: int, seed: int) -> ReaderExamples:
     """Clips in voices and sentences training never speaks."""
     from engine.eval.material import EVAL_VOICES
 
     return collect(clips, 8.0, seed + 7, EVAL_VOICES, identity_seeds=HELD_OUT_SEED, log=False)
 
 
-def fit_reader(data: LatentSet, steps: int, seed: int, log: bool = True) -> LatentMotionReader:
+def fit_reader(data: ReaderExamples, steps: int, seed: int, log: bool = True) -> LatentMotionReader:
     """AdamW with a one-cycle schedule, masked smooth L1 with the mouth's openness weighted up."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -162,7 +162,7 @@ def fit_reader(data: LatentSet, steps: int, seed: int, log: bool = True) -> Late
     return net.eval()
 
 
-def agreement(net: LatentMotionReader, data: LatentSet) -> dict[str, float]:
+def agreement(net: LatentMotionReader, data: ReaderExamples) -> dict[str, float]:
     """Pearson r of each output against the pixel reader's, over every frame that exists."""
     with torch.no_grad():
         pred = net(data.inputs)
@@ -182,14 +182,14 @@ def _train(seed: int, out: Path | None, clips: int, seconds: float, steps: int, 
            log: bool) -> dict[str, object]:
     t0 = time.process_time()
     if data_path is not None and data_path.exists():
-        data = LatentSet.load(data_path)
+        data = ReaderExamples.load(data_path)
     else:
         data = collect(clips, seconds, seed, log=log)
         if data_path is not None:
             data.save(data_path)
     heldout_path = data_path.with_suffix(".heldout.safetensors") if data_path is not None else None
     if heldout_path is not None and heldout_path.exists():
-        heldout = LatentSet.load(heldout_path)
+        heldout = ReaderExamples.load(heldout_path)
     else:
         heldout = heldout_set(12, seed)
         if heldout_path is not None:

@@ -13,7 +13,7 @@ from engine.config import EngineConfig
 from engine.modules.audio_encoder import AudioEncoder, LogMel
 from engine.modules.super_resolution import pool_latents
 from engine.modules.vae import VAEEncoder
-from engine.train.data import Clip, reference_tensor, to_tensor
+from engine.train.data import TrainingClip, reference_tensor, to_tensor
 
 
 @dataclass
@@ -47,7 +47,7 @@ def clip_mel(audio: np.ndarray, cfg: EngineConfig, mel: LogMel, latents: int) ->
 
 
 @torch.no_grad()
-def build_latent_set(encoder: VAEEncoder, audio_encoder: AudioEncoder, clips: list[Clip]) -> LatentSet:
+def build_latent_set(encoder: VAEEncoder, audio_encoder: AudioEncoder, clips: list[TrainingClip]) -> LatentSet:
     cfg = encoder.config
     size = cfg.vae.height
     mel = LogMel(cfg.audio)

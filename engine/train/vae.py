@@ -13,10 +13,10 @@ from tqdm import tqdm
 
 from engine.modules.vae import VAEDecoder, VAEEncoder
 from engine.photo.crops import CROP
-from engine.train.data import Clip, mouth_weight, reference_tensor, to_tensor
+from engine.train.data import TrainingClip, mouth_weight, reference_tensor, to_tensor
 
 
-def random_window(clips: list[Clip], rng: np.random.Generator, latents: int, size: int,
+def random_window(clips: list[TrainingClip], rng: np.random.Generator, latents: int, size: int,
                   temporal_down: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A random run of ``1 + (latents - 1) * T`` rendered frames from a random clip, and
     that clip's reference image."""
@@ -59,7 +59,7 @@ def vae_loss(encoder: VAEEncoder, decoder: VAEDecoder, video: torch.Tensor, ref:
     return loss, err.abs().mean()
 
 
-def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps: int, seed: int,
+def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[TrainingClip], steps: int, seed: int,
               batch: int = 4, latents: int = 3, lr: float = 3e-3, latent_noise: float = 0.05,
               latent_penalty: float = 1e-4, crop: int = 128, mouth_extra: float = 3.0,
               mouth_crops: float = 0.5) -> list[float]:
@@ -104,7 +104,7 @@ def train_vae(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], steps
 
 
 @torch.no_grad()
-def set_latent_stats(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[Clip], seed: int) -> None:
+def set_latent_stats(encoder: VAEEncoder, decoder: VAEDecoder, clips: list[TrainingClip], seed: int) -> None:
     """Normalise latents per channel over a sample of clips (both modules share the stats)."""
     rng = np.random.default_rng(seed)
     encoder.latent_shift.zero_()

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from engine.modules.super_resolution import SuperResolution, pool_latents
 from engine.modules.vae import VAEDecoder, VAEEncoder
-from engine.train.data import Clip, eyes_weight, mouth_weight
+from engine.train.data import TrainingClip, eyes_weight, mouth_weight
 from engine.train.vae import crop_box, random_window
 
 
@@ -39,7 +39,7 @@ def warp_loss(decoder: VAEDecoder, z: torch.Tensor, video: torch.Tensor, ref: to
     return ((err.abs() + err.pow(2)) * weight).mean() / weight.mean(), err
 
 
-def train_warp(encoder: VAEEncoder, decoder: VAEDecoder, sr: SuperResolution, clips: list[Clip], steps: int,
+def train_warp(encoder: VAEEncoder, decoder: VAEDecoder, sr: SuperResolution, clips: list[TrainingClip], steps: int,
                seed: int, batch: int = 4, latents: int = 2, lr: float = 1e-3, latent_noise: float = 0.05,
                mouth_extra: float = 3.0, eyes_extra: float = 0.0, rebuilt_share: float = 0.5,
                crop: int | None = None, mouth_crops: float = 0.5) -> list[float]:
