@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
+from engine.modules.base import load_trained
 from engine.photo.crops import INPUT, mouth_crops, standardised
 
 PROBE_PATH = Path(__file__).with_name("openness.safetensors")
@@ -50,12 +50,7 @@ class OpennessNet(nn.Module):
 @functools.lru_cache(maxsize=4)
 def load_probe(path: Path = PROBE_PATH) -> OpennessNet:
     """The shipped probe (loaded once per process; it is read-only)."""
-    if not path.exists():
-        raise FileNotFoundError(f"no openness probe at {path}; run `python -m engine.train.probe` to train one")
-    net = OpennessNet()
-    net.load_state_dict(load_file(str(path)))
-    net.eval()
-    return net
+    return load_trained(OpennessNet(), path, "openness probe", "engine.train.probe")
 
 
 def measure_openness(

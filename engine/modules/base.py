@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from engine.config import EngineConfig
+
+Net = TypeVar("Net", bound=nn.Module)
+
+
+def load_trained(net: Net, path: Path, what: str, trainer: str) -> Net:
+    """``net`` with the weights its trainer ships at ``path``, in eval mode; where there are none,
+    ``FileNotFoundError`` says which trainer makes them."""
+    if not path.exists():
+        raise FileNotFoundError(f"no {what} at {path}; run `python -m {trainer}` to train one")
+    net.load_state_dict(load_file(str(path)))
+    return net.eval()
 
 
 class Module(nn.Module):

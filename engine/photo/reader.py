@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
+from engine.modules.base import load_trained
 from engine.photo.crops import mouth_crops, region_crops, standardised
 from engine.puppet import FaceState
 
@@ -111,12 +111,7 @@ def paired_crops(frames: np.ndarray, refs: np.ndarray | ReferenceCrops,
 @functools.lru_cache(maxsize=4)
 def load_reader(path: Path = READER_PATH) -> MotionReader:
     """The shipped reader (loaded once per process; read-only)."""
-    if not path.exists():
-        raise FileNotFoundError(f"no motion reader at {path}; run `python -m engine.train.reader` to train one")
-    net = MotionReader()
-    net.load_state_dict(load_file(str(path)))
-    net.eval()
-    return net
+    return load_trained(MotionReader(), path, "motion reader", "engine.train.reader")
 
 
 def read_motion(frames: np.ndarray, reference: np.ndarray | ReferenceCrops, reader: MotionReader | None = None,
