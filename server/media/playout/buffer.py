@@ -21,7 +21,6 @@ current time. Nothing is ever released before its deadline.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from fractions import Fraction
@@ -36,7 +35,8 @@ from server.media.playout.cursors import Arrivals, AudioCursor, PlayoutCounts, V
 from server.media.playout.delay import DelayController
 from server.media.playout.epochs import EpochTimeline
 from server.media.playout.frame_queue import FrameQueue, Held
-from server.media.playout.outputs import AudioOut, PlayoutClosed, PlayoutStats, VideoOut
+from server.media.playout.outputs import AudioOut, PlayoutStats, VideoOut
+from server.media.playout.waits import Waits
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +66,14 @@ class PlayoutBuffer:
         self._released_w: Fraction = Fraction(-1)  # latest output instant either track released
         self._counts = PlayoutCounts()
 
-        self._closed = False
-        self._closed_fut: asyncio.Future[None] | None = None
-        self._start_waiters: list[asyncio.Future[None]] = []
-        self._space_waiters: list[asyncio.Future[None]] = []
+        self._waits = Waits()
 
     # ---------------------------------------------------------------- producer
 
     async def put(self, frame: PublishedFrame) -> None:
         """Hand a frame over, waiting while the buffer is full (back-pressure on the engine)."""
         while not self.put_nowait(frame):
-            fut = asyncio.get_running_loop().create_future()
-            self._space_waiters.append(fut)
-            await fut
+            await self._waits.for_space()
 
     def put_nowait(self, frame: PublishedFrame) -> bool:
         """Take a frame unless the buffer is full (then False, nothing changed).
@@ -88,8 +83,7 @@ class PlayoutBuffer:
         L is already at its maximum (or one is later than the maximum delay), the media timeline
         is re-based so that this frame is due L from now (a resync) and it is kept.
         """
-        if self._closed:
-            raise PlayoutClosed("playout buffer is closed")
+        self._waits.check()
         cfg = self.config
         if frame.fps != cfg.fps or frame.sample_rate != cfg.sample_rate:
             raise ValueError(
@@ -166,18 +160,14 @@ class PlayoutBuffer:
 
     def close(self) -> None:
         """End the session: wake every waiter; later calls raise :class:`PlayoutClosed`."""
-        if self._closed:
+        if self._waits.closed:
             return
-        self._closed = True
         self._frames.clear()
-        if self._closed_fut is not None and not self._closed_fut.done():
-            self._closed_fut.set_result(None)
-        self._wake(self._start_waiters)
-        self._wake(self._space_waiters)
+        self._waits.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._waits.closed
 
     @property
     def t0(self) -> float | None:
@@ -348,7 +338,7 @@ class PlayoutBuffer:
         self._epochs.begin(frame)
         self._video.media = frame.index
         self._video.blank = np.zeros_like(frame.rgb)
-        self._wake(self._start_waiters)
+        self._waits.started()
 
     def _is_late(self, frame: PublishedFrame, slot: int, now_rel: float) -> bool:
         """Its video slot (or the audio packet holding its first sample) has already been played."""
@@ -386,7 +376,7 @@ class PlayoutBuffer:
             if slot > self._video.passed:
                 self._drop(now_rel)
         if len(self._frames) < self.config.capacity_frames:
-            self._wake(self._space_waiters)
+            self._waits.space_freed()
 
     def _due(self, w: Fraction) -> float:
         assert self._t0 is not None
@@ -404,31 +394,11 @@ class PlayoutBuffer:
         return slot
 
     async def _wait_started(self) -> float:
-        while self._t0 is None and not self._closed:
-            fut = asyncio.get_running_loop().create_future()
-            self._start_waiters.append(fut)
-            await fut
-        if self._closed:
-            raise PlayoutClosed("playout buffer is closed")
+        while self._t0 is None and not self._waits.closed:
+            await self._waits.for_start()
+        self._waits.check()
         assert self._t0 is not None
         return self._t0
 
     async def _sleep_until(self, t: float) -> None:
-        if self._clock.now() < t:
-            if self._closed_fut is None:
-                self._closed_fut = asyncio.get_running_loop().create_future()
-            sleeper = asyncio.ensure_future(self._clock.sleep_until(t))
-            try:
-                await asyncio.wait({sleeper, self._closed_fut}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not sleeper.done():
-                    sleeper.cancel()
-        if self._closed:
-            raise PlayoutClosed("playout buffer is closed")
-
-    @staticmethod
-    def _wake(waiters: list[asyncio.Future[None]]) -> None:
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-        waiters.clear()
+        await self._waits.sleep_until(self._clock, t)
