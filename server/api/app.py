@@ -197,7 +197,7 @@ def create_app(
     @app.get("/metrics", tags=["ops"])
     async def prometheus(request: Request) -> Response:
         pool = manager(request).engine.client
-        metrics.engine_workers(manager(request).engine.workers(), getattr(pool, "lost", 0),
+        metrics.engine.update(manager(request).engine.workers(), getattr(pool, "lost", 0),
                                getattr(pool, "restarts", 0))
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 

@@ -47,7 +47,7 @@ class MicrophoneIntake:
         self.samples += samples.size
         if samples.size:
             self.peak = max(self.peak, float(np.abs(samples).max()))
-        self._metrics.mic_seconds.inc(samples.size / self.sample_rate)
+        self._metrics.media.mic_seconds.inc(samples.size / self.sample_rate)
         self._sink(samples)
 
 

@@ -44,7 +44,7 @@ class GeneratedFrames:
         if self._recorder is not None:
             for frame in frames:
                 if not self._recorder.submit(frame):
-                    self._metrics.recorder_frames_dropped.inc()
+                    self._metrics.media.recorder_frames_dropped.inc()
 
     async def put(self, frames: list[PublishedFrame]) -> None:
         await self._connected.wait()
@@ -52,7 +52,7 @@ class GeneratedFrames:
             for frame in frames:
                 await self._playout.put(frame)
                 self.frames += 1
-                self._metrics.frames_generated.inc()
+                self._metrics.media.frames_generated.inc()
         except PlayoutClosed:
             return
         self._on_origin(self._playout.frame_origin())  # the engine's deadlines follow playout

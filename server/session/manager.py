@@ -40,7 +40,7 @@ class SessionManager:
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         metrics.sessions_active.set_function(lambda: len(self.sessions))
-        metrics.playout_delay_seconds.set_function(self._mean_delay)
+        metrics.media.playout_delay_seconds.set_function(self._mean_delay)
 
     def _mean_delay(self) -> float:
         delays = [s.outbound.playout.stats().delay for s in self.sessions.values() if s.lifecycle.started.is_set()]

@@ -70,6 +70,6 @@ class MetricsLoop:
             now = time.monotonic()
             event = self.snapshot((self._played.frames_shown - last_shown) / (now - last_t))
             last_shown, last_t = self._played.frames_shown, now
-            self._metrics.deadline_misses.inc(event.deadline_misses - self._reported_misses)
+            self._metrics.media.deadline_misses.inc(event.deadline_misses - self._reported_misses)
             self._reported_misses = event.deadline_misses
             self._emit(event)

@@ -61,7 +61,7 @@ class Outbound:
         self.generated = GeneratedFrames(self.playout, self.recorder, connected, metrics, link.set_origin,
                                          trace.arrived)
         self.played = PlaybackReporter(session_id, sr, self.sync, voice.tracker, liveness, metrics, emit)
-        self.resting = RestingVideo(self.playout, voice.gate, sr // fps, on_replaced=metrics.frames_rested.inc)
+        self.resting = RestingVideo(self.playout, voice.gate, sr // fps, on_replaced=metrics.media.frames_rested.inc)
         self.broadcast = Broadcast(
             PlayoutVideoTrack(self.resting, fps, self._video_played),
             PlayoutAudioTrack(MutedAudio(self.playout, voice.gate), sr, self.played.audio_played),

@@ -46,13 +46,13 @@ class PlaybackReporter:
     def video_played(self, out: VideoOut) -> None:
         if not out.inserted:
             self._sync.released("video", float(out.pts))
-        self._metrics.frames_played.inc()
+        self._metrics.media.frames_played.inc()
         if not out.repeated:
             self.frames_shown += 1
         times = self._liveness
         if times.first_frame_at is None and times.offered_at is not None:
             times.first_frame_at = now = time.monotonic()
-            self._metrics.first_frame_seconds.observe(now - times.offered_at)
+            self._metrics.media.first_frame_seconds.observe(now - times.offered_at)
             log.info(
                 "session %s: first frame %.2f s after the offer (connected after %.2f s; engine up %.2f s "
                 "after creation, the offer came %.2f s after creation)",
