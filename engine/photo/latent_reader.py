@@ -15,6 +15,7 @@ reads the same motion either way.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -26,6 +27,9 @@ from engine.puppet import FaceState
 
 LATENT_READER_PATH = Path(__file__).resolve().parent.parent / "weights" / "tiny" / "latent_reader.safetensors"
 CONTEXT = 2  # latents before the one read, as the decoder's cache holds them
+# The mouth is read as smoothly across latents as the pixel reader reads it; the head pose, eyes and
+# brows jump at each latent's first frame unless that step is spread (``continuous``).
+MOUTH = ("openness", "wide", "rounded")
 
 
 class LatentMotionReader(nn.Module):
@@ -76,6 +80,30 @@ def _latent_hw(weights: dict[str, torch.Tensor]) -> tuple[int, int]:
     cells = weights["head.0.weight"].shape[1] // width  # after two stride-2 convolutions
     side = int(round(cells ** 0.5)) * 4
     return side, side
+
+
+def continuous(values: torch.Tensor, shown: Sequence[int], last: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A latent's frames are read together and the next latent's apart, so the step into each
+    latent's first frame carries a jump the steps inside it do not: spread it over the latent's
+    frames, for every output but the mouth's (spreading those would only delay the lips).
+    ``values`` (L, frames, outputs) of consecutive latents, ``shown`` the slots
+    (``latent * frames + frame``) that become frames, ``last`` the outputs of the frame shown
+    before them (None at the start). -> the values, and the last shown frame's outputs."""
+    out = values.clone()
+    n = values.shape[1]
+    spread = torch.tensor([name not in MOUTH for name, _ in OUTPUTS], dtype=values.dtype)
+    fade = torch.linspace(1.0, 0.0, n + 1, dtype=values.dtype)[1:, None] * spread  # 3/4, 1/2, 1/4, 0 for four frames
+    slots = set(shown)
+    for k in range(values.shape[0]):
+        own = [j for j in range(n) if k * n + j in slots]
+        if not own:
+            continue
+        if last is not None and own[0] == 0:
+            step = out[k, 1] - out[k, 0] if n > 1 else torch.zeros_like(last)
+            out[k] -= (out[k, 0] - (last + step)) * fade
+        last = out[k, own[-1]]
+    return out, last
 
 
 def to_states(values: torch.Tensor) -> list[FaceState]:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from engine.frames import PublishedFrame
-from engine.photo.latent_reader import CONTEXT, LatentMotionReader, stack_inputs, to_states
+from engine.photo.latent_reader import CONTEXT, LatentMotionReader, continuous, stack_inputs, to_states
 from engine.photo.reader import MotionReader, ReferenceCrops, read_motion, reference_crops
 from engine.puppet import FaceState
 
@@ -67,6 +67,7 @@ class RedrawState:
     # latents read (zeros before the first), which the next latents are read beside.
     latent_reference: torch.Tensor | None = None
     latents_before: torch.Tensor | None = None
+    read_last: torch.Tensor | None = None  # the last shown frame's outputs as read (scaled), for continuity
 
     def __post_init__(self) -> None:
         if not self.driver_crops:
@@ -114,20 +115,22 @@ class Redraw:
         and the states holding the latents read."""
         if self.latent_reader is None:
             raise RuntimeError("no latent reader: redraw from decoded frames")
-        rows, kept = [], []
+        rows = []
         for lat, st in zip(latents, states, strict=True):
             if st.latent_reference is None:
                 raise ValueError("a session read from latents needs its reference's latent")
             before = st.latents_before if st.latents_before is not None else lat.new_zeros(CONTEXT, *lat.shape[1:])
             rows.append(stack_inputs(lat, before, st.latent_reference))
-            kept.append(dataclasses.replace(st, latents_before=torch.cat([before, lat])[-CONTEXT:].clone()))
         with torch.inference_mode():
             values = self.latent_reader(torch.cat(rows))
-        out, at = [], 0
-        for lat, numbers in zip(latents, frames, strict=True):
-            per_frame = values[at:at + lat.shape[0]].reshape(-1, values.shape[-1])
+        out, kept, at = [], [], 0
+        for lat, numbers, st in zip(latents, frames, states, strict=True):
+            read, last = continuous(values[at:at + lat.shape[0]], numbers, st.read_last)
             at += lat.shape[0]
-            out.append(to_states(per_frame[list(numbers)]))
+            out.append(to_states(read.reshape(-1, values.shape[-1])[list(numbers)]))
+            before = st.latents_before if st.latents_before is not None else lat.new_zeros(CONTEXT, *lat.shape[1:])
+            kept.append(dataclasses.replace(st, latents_before=torch.cat([before, lat])[-CONTEXT:].clone(),
+                                            read_last=last))
         return out, kept
 
     def draw(self, motions: Sequence[Sequence[FaceState]],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine.config import get_config
 
-STAGES = ("vae", "latents", "dit", "sr", "warp", "reader")
+STAGES = ("vae", "latents", "dit", "sr", "warp", "reader", "latent_reader")
 # The warp stage is asked for by name: the decoder it makes is sharper (held out, the autoencoder's
 # ceiling 26.6 -> 28.4 dB, SSIM 0.89 -> 0.94) but lip-syncs worse (r 0.933 -> 0.919, the fast
 # preset 0.928 -> 0.907), so the bundled weights are made without it.
@@ -157,6 +157,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             report = train_reader(args.seed, out / "motion_reader.safetensors", identities=args.reader_identities,
                                   steps=args.reader_steps, log=False)
             record("reader", t0, steps=args.reader_steps, identities=args.reader_identities,
+                   heldout_r=report["heldout_r"])
+        elif stage == "latent_reader":
+            from engine.train.latent_reader import train_latent_reader
+
+            report = train_latent_reader(args.seed, out / "latent_reader.safetensors", log=False)
+            record("latent_reader", t0, clips=96, steps=6000, train_latents=report["train_latents"],
                    heldout_r=report["heldout_r"])
         print(f"stage {stage} done in {time.time() - t0:.0f} s")
     return 0

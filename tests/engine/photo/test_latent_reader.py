@@ -50,3 +50,23 @@ def test_outputs_become_face_states_at_their_scales() -> None:
     first, second = to_states(values)
     assert first.openness == pytest.approx(0.5)
     assert second.yaw == pytest.approx(float(SCALES[[n for n, _ in OUTPUTS].index("yaw")]))
+
+
+def test_the_jump_into_each_latent_is_spread_over_its_frames_but_the_mouths() -> None:
+    from engine.photo.latent_reader import MOUTH, continuous
+
+    # two latents of four frames, every output moving 0.1 a frame, the second latent read 0.5 too high
+    ramp = torch.tensor([[0.0, 0.1, 0.2, 0.3], [0.9, 1.0, 1.1, 1.2]])
+    values = ramp[..., None].expand(-1, -1, len(OUTPUTS))
+    yaw, mouth = [name for name, _ in OUTPUTS].index("yaw"), [name for name, _ in OUTPUTS].index(MOUTH[0])
+    out, last = continuous(values, range(8), None)
+    steps = torch.diff(out[..., yaw].reshape(-1))
+    assert torch.allclose(out[0], values[0])  # nothing shown before it: read as is
+    assert torch.allclose(steps[3:], torch.full((4,), 0.1 + 0.5 / 4))  # the jump spread evenly
+    assert torch.allclose(out[..., mouth], ramp)  # the lips as read
+    assert torch.allclose(out[1, -1], values[1, -1]) and torch.equal(last, out[1, -1])
+    again, _ = continuous(values[1:], range(4), values[0, -1])  # chunk by chunk: the same
+    assert torch.allclose(again[0], out[1])
+    smooth = torch.tensor([[0.4, 0.5, 0.6, 0.7]])[..., None].expand(-1, -1, len(OUTPUTS))
+    unchanged, _ = continuous(smooth, range(4), torch.full((len(OUTPUTS),), 0.3))
+    assert torch.allclose(unchanged, smooth)  # a smooth read is left alone
