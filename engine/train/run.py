@@ -19,7 +19,9 @@ STAGES = ("vae", "latents", "dit", "sr", "warp", "reader", "latent_reader")
 # The warp stage is asked for by name: the decoder it makes is sharper (held out, the autoencoder's
 # ceiling 26.6 -> 28.4 dB, SSIM 0.89 -> 0.94) but lip-syncs worse (r 0.933 -> 0.919, the fast
 # preset 0.928 -> 0.907), so the bundled weights are made without it.
-DEFAULT_STAGES = tuple(s for s in STAGES if s != "warp")
+# The latent reader is asked for by name too: it is distilled from the bundled tiny engine's own
+# output (engine/weights/tiny, its pixel reader included), so it runs once those weights are in place.
+DEFAULT_STAGES = tuple(s for s in STAGES if s not in ("warp", "latent_reader"))
 
 
 def tail_mean(values: list[float], n: int) -> float:
@@ -32,7 +34,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--config", default="tiny")
     p.add_argument("--out", default=None, help="checkpoint folder (default engine/weights/<config>)")
     p.add_argument("--stages", default=",".join(DEFAULT_STAGES),
-                   help=f"comma-separated subset of {','.join(STAGES)} (default: all but warp)")
+                   help=f"comma-separated subset of {','.join(STAGES)} (default: all but warp and latent_reader)")
     p.add_argument("--clips", type=int, default=120, help="training clips (one identity each, ~8 s)")
     p.add_argument("--vae-steps", type=int, default=2200)
     p.add_argument("--dit-steps", type=int, default=3200)
@@ -160,6 +162,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                    heldout_r=report["heldout_r"])
         elif stage == "latent_reader":
             from engine.train.latent_reader import train_latent_reader
+
+            if config.name != "tiny":
+                raise ValueError("the latent_reader stage distils the bundled tiny engine: --config tiny")
 
             report = train_latent_reader(args.seed, out / "latent_reader.safetensors", log=False)
             record("latent_reader", t0, clips=96, steps=6000, train_latents=report["train_latents"],
