@@ -138,6 +138,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.sessions or hygiene:
             raise CliError("--sessions and --hygiene run on one device: not with the multi-device flags")
         return _bench_parallel(plan, args, checkpoints)
+    if not args.sessions and (args.render != "decoded" or args.preset != "quality"):
+        raise CliError("--render and --preset go with --sessions")
     pipe = _pipeline(args)
     if args.sessions:
         return _bench_sessions(pipe, args)
@@ -172,6 +174,7 @@ def _bench_parallel(plan, args: argparse.Namespace, checkpoints: tuple[int, ...]
 
 
 def _bench_sessions(pipe, args: argparse.Namespace) -> int:
+    from engine.batch import Render
     from engine.pipeline import warm_up
     from engine.service.bench import format_sessions, run_sessions_bench, write_sessions_json
 
@@ -183,7 +186,8 @@ def _bench_sessions(pipe, args: argparse.Namespace) -> int:
         raise CliError("--sessions needs counts of at least 1")
     seconds = args.seconds if args.seconds_given else 10.0
     warm_up(pipe)
-    results = [run_sessions_bench(pipe, n, batched=not args.no_batch, seconds=seconds) for n in counts]
+    results = [run_sessions_bench(pipe, n, batched=not args.no_batch, seconds=seconds, render=Render(args.render),
+                                  preset=args.preset) for n in counts]
     print(format_sessions(results))
     if args.json:
         write_sessions_json(results, args.json)
@@ -212,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "with --sessions)")
     bench.add_argument("--sessions", default=None, help="N concurrent sessions through one worker, e.g. 1,2,4")
     bench.add_argument("--no-batch", action="store_true", help="with --sessions: one session per forward")
+    bench.add_argument("--render", default="decoded", choices=("decoded", "drawn", "photo"),
+                       help="with --sessions: the sessions' frames decoded, drawn (bundled avatars drawn at the "
+                            "motion read off the DiT), or photo (the default avatar's portrait as a photo)")
+    bench.add_argument("--preset", default="quality", choices=("quality", "fast"),
+                       help="with --sessions: the sessions' preset (default quality)")
     bench.add_argument("--chunks", type=int, default=None, help="run this many N chunks instead")
     bench.add_argument("--checkpoints", default="", help="report fps/memory after these chunk counts, e.g. 10,200")
     bench.add_argument("--json", default=None, help="write the result as JSON")

@@ -4,22 +4,24 @@ Every session gets its own speech (different seeds and avatars) up front; the co
 scheduler runs them as a worker would — the session furthest behind first, batched across
 sessions unless ``--no-batch`` — as fast as the device allows, with frames discarded as soon
 as they are published. A session's real-time factor above 1 means it could be served live. Reports the
-aggregate fps, each session's real-time factor, per-batch latency and the mean batch size.
+aggregate fps, each session's real-time factor, per-batch latency, the mean batch size and the
+engine's milliseconds per chunk and session by stage. ``--render`` says how the sessions' frames are
+made (decoded, drawn, photo), ``--preset`` which preset they run.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from engine.batch import Render
 from engine.presets import Preset
 from engine.service.core import EngineCore
-from engine.service.messages import SessionSpec
-from engine.service.worker import describe
+from engine.service.worker import calibration_spec, describe
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,13 @@ class SessionsBenchResult:
     p99_chunk_ms: float
     batch_mean: float
     batches: int
+    render: str = Render.DECODED
+    preset: str = Preset.QUALITY
+    stage_ms: dict[str, float] = field(default_factory=dict)  # per chunk and session
 
 
-def run_sessions_bench(pipe, sessions: int, batched: bool = True, seconds: float = 10.0) -> SessionsBenchResult:
+def run_sessions_bench(pipe, sessions: int, batched: bool = True, seconds: float = 10.0,
+                       render: Render = Render.DECODED, preset: str = Preset.QUALITY) -> SessionsBenchResult:
     """Run on a warmed-up pipeline (``engine.pipeline.warm_up``): one-time costs are not the figure."""
     import torch
 
@@ -52,8 +58,10 @@ def run_sessions_bench(pipe, sessions: int, batched: bool = True, seconds: float
     avatars = info.avatars or (None,)
     target = int(seconds * info.fps)
     pcm_seconds = seconds + 2 * info.frames_per_chunk / info.fps + 0.5
+    spec = calibration_spec(preset, render)
     for i, name in enumerate(names):
-        core.open(name, SessionSpec(avatar=avatars[i % len(avatars)], seed=i, preset=Preset.QUALITY), core.slot_frames)
+        avatar = avatars[i % len(avatars)] if spec.photo is None else None  # a photo's driver: the default
+        core.open(name, replace(spec, avatar=avatar, seed=i), core.slot_frames)
         core.push(name, 0, speech_like(pcm_seconds, info.sample_rate, seed=i))
     t0 = time.monotonic()
     for name in names:  # deadlines far off and alike: the session furthest behind goes first, batches fill
@@ -79,7 +87,8 @@ def run_sessions_bench(pipe, sessions: int, batched: bool = True, seconds: float
         batched=batched, seconds=seconds, wall_s=round(wall, 3),
         aggregate_fps=round(sessions * target / wall, 2), session_rtf=rtf, min_session_rtf=min(rtf),
         p50_chunk_ms=round(float(np.percentile(ms, 50)), 2), p99_chunk_ms=round(float(np.percentile(ms, 99)), 2),
-        batch_mean=round(core.batch_mean, 3), batches=core.batches,
+        batch_mean=round(core.batch_mean, 3), batches=core.batches, render=str(render), preset=str(preset),
+        stage_ms={k: round(v, 2) for k, v in core.costs.stage_ms().items()},
     )
 
 
@@ -91,8 +100,11 @@ def format_sessions(results: list[SessionsBenchResult]) -> str:
                     f"{r.min_session_rtf:>8.2f} {r.p50_chunk_ms:>8.1f} {r.p99_chunk_ms:>8.1f} {r.batch_mean:>6.2f}")
     first = results[0] if results else None
     if first is not None:
-        rows.insert(0, f"{first.config} on {first.device}, {first.threads} threads, "
-                       f"{first.seconds:g} s of speech per session")
+        rows.insert(0, f"{first.config} on {first.device}, {first.threads} threads, {first.preset} preset, "
+                       f"{first.render} frames, {first.seconds:g} s of speech per session")
+    for r in results:
+        rows.append(f"{r.sessions} session(s) ms per chunk and session: "
+                    + ", ".join(f"{stage} {ms:.1f}" for stage, ms in r.stage_ms.items()))
     for batched in (True, False):
         held = [r.sessions for r in results if r.batched == batched and r.min_session_rtf >= 1.0]
         if any(r.batched == batched for r in results):
