@@ -68,6 +68,7 @@ def soak_threads() -> int:
 
 WARMUP_S = 15.0
 PROCESS = ("process_resident_memory_bytes", "process_open_fds", "avatar_server_threads", "avatar_server_tasks")
+CPU = "process_cpu_seconds_total"  # the server process's: with its engine in worker processes, the web side's
 
 
 def server_under_test(config: str, monkeypatch, sessions: int):
@@ -99,8 +100,9 @@ async def process_figures(srv) -> dict[str, float]:
     values = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in PROCESS:
+        if name in (*PROCESS, CPU):
             values[name] = float(value)
+    values["at"] = time.monotonic()
     return values
 
 
@@ -230,6 +232,7 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
         samples.append(await process_figures(srv))
         process_warm = {k: max(s[k] for s in samples[:3]) for k in PROCESS}
         process_end = {k: max(s[k] for s in samples[-3:]) for k in PROCESS}
+        web_cores = (samples[-1][CPU] - samples[0][CPU]) / (samples[-1]["at"] - samples[0]["at"])
         stop.set()
         interrupts = sum(await asyncio.gather(*traffic))
         engine = (await srv.http.get("/v1/engine")).json()["workers"]
@@ -243,7 +246,8 @@ async def test_long_session_keeps_sync_deadlines_and_memory(monkeypatch):
               f"{os.environ.get('AVATAR_SOAK_SERVER', 'process')}; engine ms per chunk and session by stage "
               f"{chunk_ms}, batch mean {[w['batch_mean'] for w in engine]}, quality changes "
               f"{[w['quality_changes'] for w in engine]}; {interrupts} interrupts; server process warm -> end "
-              f"{ {k: (process_warm[k], process_end[k]) for k in PROCESS} }")
+              f"{ {k: (process_warm[k], process_end[k]) for k in PROCESS} }; server process CPU {web_cores:.2f} "
+              f"cores ({web_cores / len(sessions):.2f} per session)")
         for i, r in enumerate(results):
             print(f"  session {i}: first frame {r['first_frame_s'] * 1000:.0f} ms after its offer; steady-state "
                   f"deadline misses {r['misses']}/{r['slots']} = {100 * r['miss_ratio']:.2f}%; playout delay "
