@@ -102,7 +102,7 @@ class EngineConfig:
     steps: int = 3
     interp_steps: int = 2  # I chunks start from two clean anchors and need fewer steps
     shift: float = 3.0
-    dtype: str = "auto"  # compute dtype for DiT, SR and decoder: auto = bf16 on CUDA, fp32 on CPU
+    dtype: str = "auto"  # compute dtype for DiT, SR and decoder: auto = bf16 on CUDA and on CPUs with bf16 units
     context_sigma: float = 0.05  # noise level given to history/anchor latents (matches training)
     # Guidance against silence: v = v(silence) + g * (v(audio) - v(silence)). g > 1 pushes the
     # mouth further from its silent pose (one batched pass of two); 1 turns it off. Only the
@@ -202,6 +202,7 @@ CONFIGS: dict[str, EngineConfig] = {
         sr=SRConfig(width=8, blocks=1),
         schedule=ScheduleConfig(chunk=3, seam=1, anchor=1),
         steps=2,
+        dtype="float32",  # one dtype on every machine: its tests compare batched and single runs closely
     ),
     # The procedural renderer as an engine (engine.puppet.engine): 256x256 at 25 fps, no I
     # chunks; it has no model, so the VAE/DiT/sampler fields are unused.
