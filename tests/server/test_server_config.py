@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from server.base.protocol import IceServer
-from server.config import Settings
+from server.cli import FLAGS
+from server.config import SETTING_GROUPS, Settings
 
 
 def test_settings_from_env_and_flags():
@@ -38,3 +39,28 @@ def test_the_engine_leaves_one_core_to_the_web_process_by_default(monkeypatch):
     assert Settings.from_env({"AVATAR_ENGINE_THREADS": "4"}).engine_threads == 4
     with pytest.raises(ValidationError):
         Settings(engine_threads=0)
+
+
+def test_settings_are_the_union_of_small_groups_each_field_in_one():
+    seen: dict[str, str] = {}
+    for group in SETTING_GROUPS:
+        assert group.__doc__ and len(group.model_fields) <= 15, group.__name__
+        for name in group.model_fields:
+            assert name not in seen, f"{name} in {seen.get(name)} and {group.__name__}"
+            seen[name] = group.__name__
+    assert list(seen) == list(Settings.model_fields)
+    assert all(issubclass(Settings, group) for group in SETTING_GROUPS)
+
+
+def test_every_field_of_every_group_has_its_env_var_and_every_flag_a_field():
+    env = {"AVATAR_CORS_ORIGINS": "https://a.example, https://b.example", "AVATAR_VAD_THRESHOLD": "0.6",
+           "AVATAR_PLAYOUT_DELAY_S": "0.4", "AVATAR_MAX_VIEWERS": "2", "AVATAR_PEER_TIMEOUT_S": "3",
+           "AVATAR_FEED_TICK_S": "0.01", "AVATAR_ICE_PORTS": "40000-40009", "AVATAR_DRAWN": "false"}
+    s = Settings.from_env(env)
+    assert s.cors_origins == ["https://a.example", "https://b.example"]
+    assert (s.vad_threshold, s.playout_delay_s, s.max_viewers, s.peer_timeout_s) == (0.6, 0.4, 2, 3.0)
+    assert (s.feed_tick_s, s.ice_ports, s.drawn) == (0.01, (40000, 40009), False)
+    assert s.playout(25, 16_000).initial_delay == 0.4
+    with pytest.raises(ValidationError):
+        Settings.from_env({"AVATAR_VAD_THRESHOLD": "1.5"})
+    assert {field for _, field, _ in FLAGS} <= set(Settings.model_fields)
