@@ -26,6 +26,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-interp", action="store_true", help="switch the I-chunk seam pass off")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
+    p.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16"),
+                   help="compute dtype of the DiT, SR and decoder (default: the config's, auto: bf16 on CUDA "
+                        "and on CPUs where it is faster)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -43,7 +46,8 @@ def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --hel
         raise CliError(f"--steps must be in 1..8, got {args.steps}")
     try:
         return Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
-                                    interp=not args.no_interp, weights=args.weights, threads=args.threads)
+                                    interp=not args.no_interp, weights=args.weights, threads=args.threads,
+                                    dtype=args.dtype)
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
 
