@@ -309,7 +309,6 @@ class PhotoRig:
             cv2.fillConvexPoly(raster, tri, t, cv2.LINE_8, 4)
         bary, _ = _affines(self.triangles, pts, pts)
         self._rest_tri = self._locate(bary, gx.ravel(), gy.ravel(), raster.ravel()).reshape(gx.shape)
-        self._grid_px = np.arange(s, dtype=np.float32)
         region = np.zeros((s, s), np.uint8)
         active = (self.triangles < self._n_moving).any(1)
         for tri in np.round(pts[self.triangles[active]] * 16).astype(np.int32):
@@ -488,11 +487,9 @@ class PhotoRig:
         if block is None:
             return out
         x0, y0, x1, y1, bx, by = block
-        still = (np.abs(bx - self._grid_px[None, x0:x1]) < 1e-3) & (np.abs(by - self._grid_px[y0:y1, None]) < 1e-3)
-        warped = cv2.remap(self.image, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        src = self.image[y0:y1, x0:x1]
-        np.copyto(warped, src, where=still[..., None])
-        out[y0:y1, x0:x1] = warped
+        # Where the map is the identity (closer than remap's 1/32-pixel grid to a pixel centre), remap
+        # returns the photo's own pixels exactly: what does not move needs no copying back.
+        out[y0:y1, x0:x1] = cv2.remap(self.image, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         jaw = _clip(motion.jaw_open, 0, 1)
         press = _clip(motion.press, 0, 1)
         if jaw > 0 or (close > 0 and self.lips.parted):
