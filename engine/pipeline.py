@@ -243,7 +243,7 @@ class Pipeline(ConfiguredEngine):
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
         if reference is not None:
-            return StreamSession(self, self.reference(reference), seed, render=Render.DECODED)
+            return StreamSession(self, self.reference(reference), seed)
         if image is not None and photo is None:
             from engine.photo.avatar import photo_avatar
 

@@ -30,6 +30,7 @@ CONTEXT = 2  # latents before the one read, as the decoder's cache holds them
 # The mouth is read as smoothly across latents as the pixel reader reads it; the head pose, eyes and
 # brows jump at each latent's first frame unless that step is spread (``continuous``).
 MOUTH = ("openness", "wide", "rounded")
+_SPREAD = torch.tensor([name not in MOUTH for name, _ in OUTPUTS], dtype=torch.float32)  # 1: spread, 0: as read
 
 
 class LatentMotionReader(nn.Module):
@@ -92,8 +93,8 @@ def continuous(values: torch.Tensor, shown: Sequence[int], last: torch.Tensor | 
     before them (None at the start). -> the values, and the last shown frame's outputs."""
     out = values.clone()
     n = values.shape[1]
-    spread = torch.tensor([name not in MOUTH for name, _ in OUTPUTS], dtype=values.dtype)
-    fade = torch.linspace(1.0, 0.0, n + 1, dtype=values.dtype)[1:, None] * spread  # 3/4, 1/2, 1/4, 0 for four frames
+    fade = torch.linspace(1.0, 0.0, n + 1, dtype=values.dtype)[1:, None]  # 3/4, 1/2, 1/4, 0 for four frames
+    fade = fade * _SPREAD.to(values.dtype)
     slots = set(shown)
     for k in range(values.shape[0]):
         own = [j for j in range(n) if k * n + j in slots]

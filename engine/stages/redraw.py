@@ -115,20 +115,20 @@ class Redraw:
         and the states holding the latents read."""
         if self.latent_reader is None:
             raise RuntimeError("no latent reader: redraw from decoded frames")
-        rows = []
+        rows, befores = [], []
         for lat, st in zip(latents, states, strict=True):
             if st.latent_reference is None:
                 raise ValueError("a session read from latents needs its reference's latent")
             before = st.latents_before if st.latents_before is not None else lat.new_zeros(CONTEXT, *lat.shape[1:])
             rows.append(stack_inputs(lat, before, st.latent_reference))
+            befores.append(before)
         with torch.inference_mode():
             values = self.latent_reader(torch.cat(rows))
         out, kept, at = [], [], 0
-        for lat, numbers, st in zip(latents, frames, states, strict=True):
+        for lat, numbers, st, before in zip(latents, frames, states, befores, strict=True):
             read, last = continuous(values[at:at + lat.shape[0]], numbers, st.read_last)
             at += lat.shape[0]
             out.append(to_states(read.reshape(-1, values.shape[-1])[list(numbers)]))
-            before = st.latents_before if st.latents_before is not None else lat.new_zeros(CONTEXT, *lat.shape[1:])
             kept.append(dataclasses.replace(st, latents_before=torch.cat([before, lat])[-CONTEXT:].clone(),
                                             read_last=last))
         return out, kept
