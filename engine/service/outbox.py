@@ -58,6 +58,11 @@ class Outbox:
             self.broken = True
         self._queue.put(None)
 
+    def join(self, timeout_s: float) -> bool:
+        """Wait for the writer to end after ``close``; whether it did within ``timeout_s``."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
     def _run(self) -> None:
         with self._sock:
             while (data := self._queue.get()) is not None:

@@ -26,6 +26,7 @@ def test_messages_arrive_whole_and_in_order_over_a_non_blocking_connection() -> 
     audio[:] = -1  # changed after put: the worker still gets what was put
     got = [worker.recv(), worker.recv()]
     outbox.close()
+    assert outbox.join(5)  # the writer counts a message off only after its last byte went out
     assert got[0][0] == "open" and np.array_equal(got[0][1], photo)
     assert got[1][0] == "push" and np.array_equal(got[1][1], np.arange(320, dtype=np.float32))
     assert broken == [] and outbox.queued_bytes == 0
