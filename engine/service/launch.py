@@ -1,9 +1,10 @@
 """Where a worker loop runs, and how the web process talks with it: a subprocess of its own
-(crash-isolated; a pipe, pickled messages, a writer thread, frames in shared memory) or a
-thread here (no isolation; messages handed over as they are, nothing pickled, frames in this
-process's memory).
+(crash-isolated; a pipe, pickled messages, a writer thread, frames in shared memory), a worker
+of the node's engine service shared with the node's other web processes (the same, over its
+local socket), or a thread here (no isolation; messages handed over as they are, nothing
+pickled, frames in this process's memory).
 
-Either handle is connected once, on the event loop: the worker's messages reach
+Every handle is connected once, on the event loop: the worker's messages reach
 ``on_message`` on that loop, ``on_lost`` is called once the worker or its connection is gone,
 and the returned callable sends the worker a message without ever waiting.
 """
@@ -20,8 +21,11 @@ import signal
 import threading
 import weakref
 from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection
 from typing import Protocol
 
+from engine.service.messages import WorkerFailed
 from engine.service.outbox import Outbox
 from engine.service.slots import FrameSlots
 from engine.service.worker import WorkerOptions, process_main, serve
@@ -50,16 +54,12 @@ class WorkerHandle(Protocol):
     def join(self, timeout: float) -> None: ...
 
 
-class ProcessHandle:
-    def __init__(self, options: WorkerOptions) -> None:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads or loop
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=process_main, args=(child, options), name="avatar-engine", daemon=True)
-        self.process.start()
-        child.close()
-        self.pid = self.process.pid
-        self.sentinel = self.process.sentinel
-        self._connected = False
+class ConnectionHandle:
+    """A worker in another process, over a connection: pickled messages, a writer thread (the
+    loop never waits on the worker), frames in shared memory."""
+
+    conn: Connection
+    sentinel: int | None = None
 
     def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send:
         self._loop = loop = asyncio.get_running_loop()
@@ -67,7 +67,8 @@ class ProcessHandle:
         self._outbox = Outbox(self.conn, lambda reason: loop.call_soon_threadsafe(on_lost, reason), name)
         self._connected = True
         loop.add_reader(self.conn.fileno(), self.receive)
-        loop.add_reader(self.sentinel, on_lost, "the engine worker process exited")
+        if self.sentinel is not None:
+            loop.add_reader(self.sentinel, on_lost, "the engine worker process exited")
         return self._outbox.put
 
     def frame_slots(self, count: int, frame_size: tuple[int, int], audio_samples: int) -> tuple[str, FrameSlots]:
@@ -82,13 +83,27 @@ class ProcessHandle:
             self._on_lost("the engine worker closed its connection")
 
     def disconnect(self) -> None:
-        if not self._connected:
+        if not getattr(self, "_connected", False):
             return
         self._connected = False
         self._outbox.close()
         for fd in (self.conn.fileno(), self.sentinel):
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(fd)
+            if fd is not None:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(fd)
+
+
+class ProcessHandle(ConnectionHandle):
+    """A worker subprocess this process starts (and owns: its end of the pipe ends the worker)."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads or loop
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=process_main, args=(child, options), name="avatar-engine", daemon=True)
+        self.process.start()
+        child.close()
+        self.pid = self.process.pid
+        self.sentinel = self.process.sentinel
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -99,6 +114,44 @@ class ProcessHandle:
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
+
+
+class NodeHandle(ConnectionHandle):
+    """A worker of this node's engine service, started by the node (``avatar serve
+    --web-processes``) and shared by its web processes: this process reaches it at its local
+    socket as one guest among several (``engine.service.clients``). It cannot kill the worker:
+    "kill" and "disconnect" end this process's connection, which ends its sessions there."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.pid = None  # learnt from WorkerReady
+        self._address = options.address
+        self._key = options.key
+        self._error: str | None = None
+        try:
+            self.conn = Client(options.address, family="AF_UNIX", authkey=options.key)
+        except (OSError, AuthenticationError, EOFError) as exc:
+            self._error = f"the engine worker at {options.address} cannot be reached: {exc.__class__.__name__}: {exc}"
+
+    def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send:
+        if self._error is not None:  # reported as a failed start: the pool tries again after a back-off
+            asyncio.get_running_loop().call_soon(on_message, WorkerFailed(self._error))
+            return lambda msg: None
+        return super().connect(on_message, on_lost, name)
+
+    def alive(self) -> bool:
+        return self._error is None and getattr(self, "_connected", False)
+
+    def kill(self) -> None:
+        """This process leaves the worker: its sessions there end (the worker closes them)."""
+        if not self.alive():
+            return
+        self.disconnect()
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self._loop.call_soon(self._on_lost, "this web process left the engine worker")
+
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: the worker is the node's."""
 
 
 class LocalConnection:
@@ -194,11 +247,14 @@ class ThreadHandle:
 
 
 def launcher(kind: str, load: Callable | None = None) -> Callable[[WorkerOptions], WorkerHandle]:
-    """``subprocess`` (default) or ``inprocess`` (where ``load`` may supply a preloaded core)."""
+    """``subprocess`` (default), ``inprocess`` (where ``load`` may supply a preloaded core) or
+    ``node`` (the node's shared workers, at ``WorkerOptions.address``)."""
     if kind == "subprocess":
         if load is not None:
             raise ValueError("a subprocess worker loads its own engine")
         return ProcessHandle
     if kind == "inprocess":
         return lambda options: ThreadHandle(options, load)
-    raise ValueError(f"unknown engine kind {kind!r}; choose subprocess or inprocess")
+    if kind == "node":
+        return NodeHandle
+    raise ValueError(f"unknown engine kind {kind!r}; choose subprocess, inprocess or node")

@@ -133,6 +133,8 @@ class SessionOpened:
     quality_name: str = ""
     frames_per_chunk: int = 0  # of this session's preset
     first_chunk_samples: int = 0  # audio its first chunk needs before it can run
+    code: str = "bad_request"  # the API error code of a refusal: bad_request, or at_capacity (the worker is full)
+    retry_after_s: int = 5  # an at_capacity refusal: when asking again may succeed
 
 
 @dataclass(frozen=True)
@@ -180,3 +182,7 @@ class WorkerStats:
     costs: dict = field(default_factory=dict)
     real_time: int = 0  # sessions its estimates hold in real time at best quality (0: a machine too slow)
     real_time_by_render: dict[str, int] = field(default_factory=dict)  # the same, for each way frames are made
+    # Of ``sessions``, those the receiving web process opened (a node's worker serves several);
+    # ``quality_levels`` and ``state_bytes`` list only these to a guest (see engine.service.clients).
+    client_sessions: int = 0
+    shared_batches: int = 0  # batches whose sessions belonged to more than one web process

@@ -8,6 +8,10 @@ back-off, ``RESTART_BACKOFF_S``, for one that exits or fails before it serves); 
 reports due work but makes no progress for ``watchdog_s`` is killed and treated the same way.
 Sessions go to the least loaded worker (the smallest share of its measured real-time capacity
 in use; then the most room).
+
+On a node with several web processes (``kind="node"``), the node starts the workers (a pool of
+its own, with ``WorkerOptions.socket_dir`` set) and each web process's pool connects to them as
+a guest: a lost worker is reconnected to (``RECONNECT_BACKOFF_S``) once the node has replaced it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ OPEN_TIMEOUT_S = 30.0
 # A worker that ends before it serves (it exits or fails while loading) is started again after a
 # delay that doubles with each such start, up to the cap; one that served is replaced at once.
 RESTART_BACKOFF_S = (0.5, 30.0)
+# A node's web process reconnects to a shared worker the node is restarting: it tries again soon.
+RECONNECT_BACKOFF_S = (0.5, 2.0)
 
 
 class WorkerLink:
@@ -86,7 +92,7 @@ class WorkerLink:
         open or opening on it now (its report may predate the latest opens and closes)."""
         if self.stats is None or self.settling > 0:
             return 0
-        return self.stats.capacity + self.stats.sessions - len(self.streams) - len(self._opening)
+        return self.stats.capacity + self.stats.client_sessions - len(self.streams) - len(self._opening)
 
     @property
     def settling(self) -> float:
@@ -191,7 +197,7 @@ class WorkerLink:
             self._opening.pop(sid, None)
         if opened.error is not None:
             slots.unlink()
-            raise EngineError("bad_request", opened.error)
+            raise EngineError(opened.code, opened.error, opened.retry_after_s)
         self.opened_at = time.monotonic()  # no await from here until the stream is recorded
         stream = EngineStream(sid, info, slots, self.send, self._stream_closed)
         stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
@@ -221,8 +227,10 @@ class WorkerLink:
 
     def view(self) -> WorkerView:
         s = self.stats
+        # This process's sessions now, and the node's other web processes' as of the last report.
+        sessions = len(self.streams) + (s.sessions - s.client_sessions if s is not None else 0)
         return WorkerView(self.index, self.pid, self.options.device, self.alive, self.state,
-                          len(self.streams), max(0, self.free) if self.alive else 0, s, self.error,
+                          sessions, max(0, self.free) if self.alive else 0, s, self.error,
                           tuple(self.streams), round(self.settling, 3))
 
 
@@ -252,18 +260,19 @@ def worker_devices(options: WorkerOptions, found: list[str] | None = None) -> li
 class WorkerPool(EngineClient):
     def __init__(self, options: WorkerOptions, workers: int | None = None, kind: str = "subprocess",
                  watchdog_s: float = 5.0, start_timeout_s: float = 180.0, restart: bool = True,
-                 load: Callable | None = None, backoff_s: tuple[float, float] = RESTART_BACKOFF_S) -> None:
+                 load: Callable | None = None, backoff_s: tuple[float, float] | None = None) -> None:
         devices = worker_devices(options)
         count = workers or len(devices)
         if kind == "inprocess" and count != 1:
             raise ValueError("an in-process engine has exactly one worker")
-        self.options = [options.on_device(devices[i % len(devices)]) for i in range(count)]
+        self.options = [dataclasses.replace(options.on_device(devices[i % len(devices)]), index=i)
+                        for i in range(count)]
         self.kind = kind
         self._make = launcher(kind, load)
         self.watchdog_s = watchdog_s
         self.start_timeout_s = start_timeout_s
         self.restart = restart
-        self.backoff_s = backoff_s
+        self.backoff_s = backoff_s or (RECONNECT_BACKOFF_S if kind == "node" else RESTART_BACKOFF_S)
         self._failures = [0] * count  # per worker: consecutive starts that ended before it served
         self._next_attempt: list[float | None] = [None] * count  # monotonic time of the scheduled start
         self.links: list[WorkerLink] = []

@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import os
 import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,6 +26,7 @@ import numpy as np
 from engine.batch import Render
 from engine.parallel.plan import ParallelPlan
 from engine.presets import DEFAULT_PRESET, Preset
+from engine.service.clients import OWNER, ClientGone, ClientJoined, Clients
 from engine.service.messages import (
     CloseSession,
     EngineInfo,
@@ -92,6 +93,15 @@ class WorkerOptions:
         return 2.0 if self.device == "cpu" else 0.5
     # One engine over several devices (engine.parallel): its ranks are this worker's subprocesses.
     parallel: ParallelPlan | None = None
+    # On a node: the folder of the worker's local socket, where the node's web processes connect
+    # (``engine.service.clients``) with ``key``; ``index`` names the worker's socket in it.
+    socket_dir: str | None = None
+    key: bytes = b""
+    index: int = 0
+
+    @property
+    def address(self) -> str:
+        return os.path.join(self.socket_dir or "", f"engine-{self.index}.sock")
 
     def on_device(self, device: str) -> WorkerOptions:
         return replace(self, device=device)
@@ -219,43 +229,40 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
 
 
 class Worker:
-    """The loop state: the core, the sessions' slots, the command inbox."""
+    """The loop state: the core, the sessions' slots, the clients and their commands."""
 
     def __init__(self, conn, core, options: WorkerOptions, attach: AttachSlots = FrameSlots.attach) -> None:
-        self.conn = conn
         self.core = core
         self.options = options
         self.attach = attach
         self.slots: dict[str, FrameSlots] = {}
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.clients = Clients(self.inbox, conn)
         self.running = True
         self._last_stats = 0.0
-
-    def _receive(self) -> None:
-        """Reader thread: commands pile up in the inbox while a batch runs."""
-        try:
-            while True:
-                self.inbox.put(self.conn.recv())
-        except (EOFError, OSError):
-            self.inbox.put(Shutdown())
+        self._opened_at = -float("inf")  # when the newest session opened (admission waits options.settle)
+        self.shared_batches = 0  # batches whose sessions belonged to more than one client
 
     def run(self) -> None:
-        threading.Thread(target=self._receive, name="worker-inbox", daemon=True).start()
+        self.clients.start()
         # An engine over several ranks raises RanksLost here once one has ended: the worker ends
         # with it (before a batch that failed for that reason is reported), so its sessions get
         # engine_lost and the pool starts a replacement.
         ranks_alive = getattr(self.core.pipe, "check", lambda: None)
-        while self.running:
-            self._drain(block=not self.core.due())
-            if not self.running:
-                break
-            outcome = self.core.step()
-            ranks_alive()
-            if outcome is not None:
-                self._publish(outcome)
-            self.report()
-        for name in list(self.slots):
-            self._close(name)
+        try:
+            while self.running:
+                self._drain(block=not self.core.due())
+                if not self.running:
+                    break
+                outcome = self.core.step()
+                ranks_alive()
+                if outcome is not None:
+                    self._publish(outcome)
+                self.report()
+        finally:
+            self.clients.close()
+            for name in list(self.slots):
+                self._close(name)
 
     def _drain(self, block: bool) -> None:
         try:
@@ -263,14 +270,43 @@ class Worker:
         except queue.Empty:
             return
         while True:
-            self._apply(msg)
+            self._take(msg)
             try:
                 msg = self.inbox.get_nowait()
             except queue.Empty:
                 return
 
-    def _apply(self, msg) -> None:
+    def _take(self, item) -> None:
+        match item:
+            case ClientJoined(client):
+                self.clients.send(client, WorkerReady(os.getpid(), self.options.device, self.core.info))
+                self.report(force=True, only=client)
+            case ClientGone(client, reason):
+                if client == OWNER:
+                    self.running = False  # the process that started this worker is gone
+                    return
+                owned = self.clients.drop(client)
+                if owned is None:
+                    return
+                log.info("web process %d left (%s): %d sessions closed", client, reason, len(owned))
+                for name in owned:
+                    self._close(name)
+            case (client, msg):
+                self._apply(client, msg)
+
+    def _apply(self, client: int, msg) -> None:
         core = self.core
+        if isinstance(msg, OpenSession):
+            self._open(client, msg)
+            return
+        if isinstance(msg, Shutdown):
+            if client == OWNER:
+                self.running = False
+            else:
+                self._take(ClientGone(client, "it said goodbye"))
+            return
+        if not self.clients.owns(client, msg.session):
+            return  # another web process's session, or one closed meanwhile
         match msg:
             case PushAudio(session, start, samples):
                 core.push(session, start, samples)
@@ -280,42 +316,66 @@ class Worker:
                 core.set_origin(session, origin)
             case SilenceFrom(session, sample):
                 core.silence_from(session, sample)
-            case OpenSession():
-                self._open(msg)
             case CloseSession(session):
                 self._close(session)
-            case Shutdown():
-                self.running = False
 
-    def _open(self, msg: OpenSession) -> None:
+    def _admission(self) -> SessionOpened | None:
+        """A refusal when the worker is full or still measuring its newest session. The web
+        process checks the same before it asks; on a node, another web process may have taken
+        the room since its last report."""
+        wait = self._opened_at + self.options.settle - time.monotonic()
+        if wait > 0 and self.core.sessions:
+            return SessionOpened("", "the engine worker is measuring its newest session", code="at_capacity",
+                                 retry_after_s=max(1, math.ceil(wait)))
+        if self.core.capacity() <= 0:
+            return SessionOpened("", "the engine worker is at its real-time capacity", code="at_capacity")
+        return None
+
+    def _open(self, client: int, msg: OpenSession) -> None:
         from engine.service.core import SessionRefused
 
+        def refuse(reply: SessionOpened) -> None:
+            self.clients.send(client, replace(reply, session=msg.session))
+
+        if msg.session in self.core.sessions:
+            refuse(SessionOpened("", f"session {msg.session} is already open"))
+            return
+        refusal = self._admission()
+        if refusal is not None:
+            refuse(refusal)
+            return
         info = self.core.info
         try:
             slots = self.attach(msg.slots_address, msg.slot_count, msg.spec.frame_size(info), info.samples_per_frame)
         except (OSError, ValueError) as exc:
-            self.conn.send(SessionOpened(msg.session, f"frame slots unusable: {exc}"))
+            refuse(SessionOpened("", f"frame slots unusable: {exc}"))
             return
         try:
             session = self.core.open(msg.session, msg.spec, msg.slot_count)
         except SessionRefused as exc:
             slots.close()
-            self.conn.send(SessionOpened(msg.session, str(exc)))
+            refuse(SessionOpened("", str(exc)))
             return
+        self._opened_at = time.monotonic()
         self.slots[msg.session] = slots
-        self.conn.send(SessionOpened(msg.session, None, session.level, session.ladder[session.level].name,
-                                     session.pipe.frames_per_chunk, session.pipe.first_chunk_samples))
+        self.clients.owner_of[msg.session] = client
+        self.clients.send(client, SessionOpened(msg.session, None, session.level, session.ladder[session.level].name,
+                                                session.pipe.frames_per_chunk, session.pipe.first_chunk_samples))
 
     def _close(self, name: str) -> None:
         self.core.close(name)
+        self.clients.owner_of.pop(name, None)
         slots = self.slots.pop(name, None)
         if slots is not None:
             slots.close()
 
     def _publish(self, outcome) -> None:
+        send = self.clients.to_owner_of
+        if len({self.clients.owner_of.get(name) for name in outcome.batch}) > 1:
+            self.shared_batches += 1
         for name, message in outcome.failed.items():
             log.error("session %s failed in the engine: %s", name, message)
-            self.conn.send(SessionFailed(name, message))
+            send(name, SessionFailed(name, message))
             self._close(name)
         for name, frames in outcome.frames.items():
             slots = self.slots[name]
@@ -324,20 +384,21 @@ class Worker:
                 slots.write(slot, frame.rgb, frame.audio)
                 refs.append(FrameRef(slot, frame.index, frame.chunk))
             if refs:
-                self.conn.send(FramesReady(name, tuple(refs)))
+                send(name, FramesReady(name, tuple(refs)))
         for change in outcome.changes:
             s = self.core.sessions.get(change.session)
             if s is not None:
                 name = s.ladder[change.new].name
-                self.conn.send(QualityLevelChanged(change.session, change.new, name, change.reason))
+                send(change.session, QualityLevelChanged(change.session, change.new, name, change.reason))
 
-    def report(self, force: bool = False) -> None:
+    def report(self, force: bool = False, only: int | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last_stats < STATS_INTERVAL_S:
             return
-        self._last_stats = now
+        if only is None:
+            self._last_stats = now
         core = self.core
-        self.conn.send(WorkerStats(
+        self.clients.send_stats(WorkerStats(
             pid=os.getpid(),
             device=self.options.device,
             sessions=len(core.sessions),
@@ -352,7 +413,8 @@ class Worker:
             costs=core.costs.snapshot(),
             real_time=core.real_time_sessions(),
             real_time_by_render=core.real_time_by_render(),
-        ))
+            shared_batches=self.shared_batches,
+        ), only=only)
 
 
 def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSlots.attach) -> None:
@@ -366,7 +428,9 @@ def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSl
         return
     worker = Worker(conn, core, options, attach)
     try:
-        worker.report(force=True)  # the capacity figure is there by the time the worker is ready
+        if options.socket_dir is not None:  # open to the node's web processes before saying ready
+            worker.clients.listen(options.address, options.key)
+        worker.report(force=True, only=OWNER)  # the capacity figure is there by the time the worker is ready
         conn.send(WorkerReady(os.getpid(), options.device, core.info))
         worker.run()
     finally:
