@@ -1,54 +1,24 @@
 """The cluster's one HTTP front (``avatar serve --ray ADDRESS``): places sessions, carries signalling.
 
-``POST /v1/sessions`` goes to the avatar node with the most free capacity and answers with the
-node's session plus ``node`` (its Ray node id). Everything else about a session — offer/answer,
-``DELETE``, WHIP/WHEP, the control websocket — is proxied through the gateway's own URL to the node
-holding it, so clients need one address; media flows between the browser and the node directly
-(its ICE candidates carry the node's own or public address). ``GET /v1/cluster`` lists the nodes,
-``/healthz`` is ``degraded`` (503) while no node serves, ``/metrics`` has per-node figures.
-``/v1/avatars`` (personal avatars) goes to the node a name hashes to; the nodes share one store.
+The front (:mod:`server.front.app`) over the cluster's avatar nodes: the Ray nodes offering the
+``avatar`` resource, each running a whole node app in an actor (:mod:`server.cluster.node`). A
+created session's answer carries ``node`` (its Ray node id); ``GET /v1/cluster`` lists the nodes.
 The process must have joined the Ray cluster first (:func:`server.cluster.join.join`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import httpx
 import ray
-from fastapi import FastAPI, Request, Response, WebSocket
-from fastapi.responses import FileResponse, JSONResponse
-from fastapi.staticfiles import StaticFiles
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from fastapi import FastAPI
 
-from server.api.forwarded import GATEWAY_HEADER
-from server.api.limits import ClientLimits, bearer, client_key
-from server.base.engine_link import MAX_VIDEO_BYTES
-from server.base.errors import ApiError
-from server.base.protocol import ErrorResponse
-from server.cluster.membership import ClusterNode, Membership
-from server.cluster.metrics import GatewayMetrics
+from server.cluster.membership import Membership
 from server.cluster.node_settings import passed_to_nodes
-from server.cluster.placement import enrolling_node, ranked
-from server.cluster.proxy import forward, relayed
-from server.cluster.relay import relay_control
 from server.config import Settings
-
-log = logging.getLogger(__name__)
-WEB_DIR = Path(__file__).resolve().parents[2] / "web"
-SESSION_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-NODE_TIMEOUT_S = 30.0  # an offer is answered once the node's ICE gathering is done
-
-
-def _error(status: int, code: str, message: str, retry_after: int | None = None) -> JSONResponse:
-    body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
-    retry_after = 5 if retry_after is None and status == 503 else retry_after
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+from server.front.app import create_front
+from server.front.metrics import GatewayMetrics
 
 
 def create_gateway(settings: Settings | None = None, loopback_ice: bool = False, poll_s: float = 0.5,
@@ -61,161 +31,17 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
                             on_lost=lambda node, reason: metrics.nodes_lost.inc())
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def joined(app: FastAPI) -> AsyncIterator[None]:
         if not ray.is_initialized():
             raise RuntimeError("the gateway runs in a process that joined a Ray cluster (server.cluster.join)")
-        following = asyncio.create_task(membership.run(), name="cluster-membership")
-        async with httpx.AsyncClient(timeout=NODE_TIMEOUT_S, headers={GATEWAY_HEADER: membership.secret}) as http:
-            app.state.http = http
-            try:
-                yield
-            finally:
-                following.cancel()
-                await asyncio.gather(following, return_exceptions=True)
+        yield
 
-    app = FastAPI(title="avatar-engine gateway", version="1", lifespan=lifespan,
-                  description="Places avatar sessions on the nodes of a Ray cluster; signalling and control.")
-    # Per-client limits on creating sessions, cluster-wide: each node keeps its own as well, but
-    # only the gateway sees every node's creations (a client's token is granted them once, not per node).
-    limits = ClientLimits(settings.client_sessions_per_minute, settings.client_max_unoffered, settings.offer_timeout_s)
-    offered: set[str] = set()  # sessions whose offer (or WHIP offer) a node has answered
-
-    def waiting_for_offer(session_id: str) -> bool:
-        return session_id not in offered and membership.holder(session_id) is not None
-
-    app.state.settings = settings
-    app.state.membership = membership
-    app.state.metrics = metrics
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.message, exc.retry_after)
-
-    def holder(session_id: str) -> ClusterNode:
-        node = membership.holder(session_id)
-        if node is None:
-            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
-        return node
-
-    def any_node() -> ClusterNode:
-        nodes = ranked(membership.nodes.values())
-        if not nodes:
-            metrics.sessions_rejected.labels("no_nodes").inc()
-            raise ApiError(503, "no_nodes", "no avatar node serves: no Ray node offers the `avatar` resource yet")
-        return nodes[0]
-
-    @app.get("/healthz", tags=["ops"])
-    async def healthz() -> JSONResponse:
-        listed = membership.listing()
-        alive = [n for n in listed if n.alive]
-        body = {
-            "status": "ok" if alive and len(alive) == len(listed) else "degraded",
-            "nodes": len(listed),
-            "nodes_alive": len(alive),
-            "sessions": sum(len(n.sessions) for n in alive),
-            "capacity": sum(n.capacity for n in alive),
-        }
-        if not listed:
-            body["reason"] = "no avatar nodes"
-        elif len(alive) < len(listed):
-            body["reason"] = f"{len(listed) - len(alive)} avatar nodes not serving (starting or failed)"
-        return JSONResponse(body, status_code=200 if alive else 503)
+    app = create_front(settings, membership, metrics, title="avatar-engine gateway", around=joined,
+                       description="Places avatar sessions on the nodes of a Ray cluster; signalling and control.",
+                       none_serving="no avatar node serves: no Ray node offers the `avatar` resource yet")
 
     @app.get("/v1/cluster", tags=["ops"])
     async def cluster() -> dict:
         return {"nodes": [n.json() for n in membership.listing()]}
 
-    @app.get("/metrics", tags=["ops"])
-    async def prometheus() -> Response:
-        metrics.observe(membership.listing())
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/info", tags=["sessions"])
-    async def info(request: Request) -> Response:
-        return relayed(await forward(request.app.state.http, any_node(), request))
-
-    @app.post("/v1/sessions", status_code=201, tags=["sessions"])
-    async def create_session(request: Request) -> Response:
-        """Tried on the nodes by free capacity; a node that is full (503) passes it on to the next.
-        Nodes check the bearer token (the gateway's, passed to them with its settings)."""
-        limit = settings.max_image_bytes * 4 // 3 + 4096
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise ApiError(413, "body_too_large", f"request body over {limit} bytes")
-        any_node()
-        if settings.auth_token is not None and bearer(request) != settings.auth_token:
-            raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
-        client = client_key(request.client.host if request.client else None,
-                            bearer(request) if settings.auth_token is not None else None)
-        offered.intersection_update(sid for node in membership.nodes.values() for sid in node.sessions)
-        with limits.admitted(client, waiting_for_offer, metrics.sessions_rejected.labels("rate_limited").inc) as made:
-            return await place(request, made)
-
-    async def place(request: Request, made) -> Response:
-        body = await request.body()
-        refusal: httpx.Response | ApiError | None = None
-        for node in ranked(membership.nodes.values()):
-            try:
-                answer = await forward(request.app.state.http, node, request, body=body)
-            except ApiError as exc:
-                refusal = exc
-                continue
-            if answer.status_code == 503:
-                refusal = answer
-                continue
-            if answer.status_code != 201:
-                return relayed(answer)
-            created = answer.json()
-            node.placed(created["session_id"])
-            made(created["session_id"])
-            metrics.sessions_placed.labels(node.node).inc()
-            return JSONResponse({**created, "node": node.node}, status_code=201)
-        metrics.sessions_rejected.labels("at_capacity").inc()
-        if isinstance(refusal, ApiError):
-            raise refusal
-        return relayed(refusal)
-
-    def enrolling(name: str) -> ClusterNode:
-        """The node a personal avatar's name hashes to (its progress is read where it runs); the
-        nodes share one store folder (``AVATAR_STORE``), so a stored avatar is every node's."""
-        node = enrolling_node(membership.nodes.values(), name)
-        if node is None:
-            raise ApiError(503, "no_nodes", "no avatar node serves: no Ray node offers the `avatar` resource yet")
-        return node
-
-    @app.api_route("/v1/avatars", methods=["GET", "POST"], tags=["avatars"])
-    async def avatars(request: Request) -> Response:
-        """Personal avatars: enrolled on the node their name hashes to, listed by any node."""
-        limit = MAX_VIDEO_BYTES + 64 * 1024
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise ApiError(413, "video_too_large", f"request body over {limit} bytes")
-        node = enrolling(request.query_params.get("name", "")) if request.method == "POST" else any_node()
-        return relayed(await forward(request.app.state.http, node, request))
-
-    @app.api_route("/v1/avatars/{name}", methods=["GET", "DELETE"], tags=["avatars"])
-    async def avatar(name: str, request: Request) -> Response:
-        return relayed(await forward(request.app.state.http, enrolling(name), request))
-
-    @app.api_route("/v1/sessions/{session_id}", methods=["DELETE"], tags=["sessions"])
-    @app.api_route("/v1/sessions/{session_id}/{rest:path}", methods=SESSION_METHODS, tags=["sessions"])
-    async def session_request(session_id: str, request: Request, rest: str = "") -> Response:
-        node = holder(session_id)
-        answer = await forward(request.app.state.http, node, request)
-        if request.method == "DELETE" and not rest and answer.status_code == 204:
-            node.sessions.discard(session_id)
-        if request.method == "POST" and rest in ("offer", "whip") and answer.status_code in (200, 201):
-            offered.add(session_id)
-        return relayed(answer)
-
-    @app.websocket("/v1/sessions/{session_id}/control")
-    async def control(ws: WebSocket, session_id: str) -> None:
-        await relay_control(ws, membership.holder(session_id), session_id, settings.max_control_bytes + 4096)
-
-    @app.get("/", include_in_schema=False)
-    async def index() -> FileResponse:
-        return FileResponse(WEB_DIR / "index.html")
-
-    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     return app
-

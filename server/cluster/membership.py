@@ -16,12 +16,12 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
-from server.cluster.node import RESOURCE, NodeReport, spawn
+from server.cluster.node import RESOURCE, spawn
+from server.front.backends import Backend
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 180.0  # a node loads its engine and measures its capacity before it serves
@@ -29,56 +29,12 @@ SILENT_REPORTS = 3
 RETRY_S = 10.0  # a node whose app failed to start is tried again after this long
 
 
-@dataclass
-class ClusterNode:
-    """One avatar node; ``capacity`` is its free capacity as last reported, less sessions placed since."""
-
-    node: str
-    gpus: float = 0.0
-    actor: Any = None
-    address: str = ""
-    alive: bool = False
-    sessions: set[str] = field(default_factory=set)
-    capacity: int = 0
-    misses: float = 0.0
-    reports: int = 0  # reports taken from the node so far
-    error: str | None = None
-    lost: asyncio.Event = field(default_factory=asyncio.Event)
-    poke: asyncio.Event = field(default_factory=asyncio.Event)
-    _placed: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ws_address(self) -> str:
-        return "ws" + self.address[len("http"):]
-
-    def placed(self, session_id: str) -> None:
-        """A session was just created here: count it before the next report does."""
-        self.sessions.add(session_id)
-        self._placed[session_id] = time.monotonic()
-        self.capacity = max(0, self.capacity - 1)
-
-    def update(self, report: NodeReport, asked_at: float) -> None:
-        """Take a report asked for at ``asked_at``; sessions placed after that are not in it yet."""
-        self._placed = {s: t for s, t in self._placed.items() if t >= asked_at}
-        self.sessions = set(report.sessions) | set(self._placed)
-        self.capacity = max(0, report.capacity - len(self._placed))
-        self.misses = report.misses
-        self.reports += 1
-        self.address = report.address
-        self.alive = report.workers_alive > 0
-        self.error = None if self.alive else "no engine worker runs on this node"
-
-    def json(self) -> dict:
-        return {"node": self.node, "address": self.address, "alive": self.alive, "sessions": len(self.sessions),
-                "capacity": self.capacity, "misses": self.misses, "reports": self.reports, "error": self.error}
-
-
 class Membership:
     """Every avatar node of the cluster; :meth:`run` keeps the list current until cancelled."""
 
     def __init__(self, passed: dict[str, Any], loopback_ice: bool = False, poll_s: float = 0.5,
                  report_s: float = 1.0, report_timeout_s: float = 2.0,
-                 on_lost: Callable[[ClusterNode, str], None] | None = None) -> None:
+                 on_lost: Callable[[Backend, str], None] | None = None) -> None:
         self.passed = passed
         self.secret = secrets.token_urlsafe(32)  # proves the gateway's requests to its nodes (GATEWAY_HEADER)
         self.loopback_ice = loopback_ice
@@ -86,20 +42,20 @@ class Membership:
         self.report_s = report_s
         self.report_timeout_s = report_timeout_s
         self.on_lost = on_lost
-        self.nodes: dict[str, ClusterNode] = {}
+        self.nodes: dict[str, Backend] = {}
         self._followers: dict[str, asyncio.Task] = {}
         self._retry_at: dict[str, float] = {}
-        self._failed: dict[str, ClusterNode] = {}  # nodes whose app did not start, until they are tried again
+        self._failed: dict[str, Backend] = {}  # nodes whose app did not start, until they are tried again
 
-    def listing(self) -> list[ClusterNode]:
+    def listing(self) -> list[Backend]:
         """Every node, serving or not (a node whose app did not start shows with its error)."""
         failed = [n for k, n in self._failed.items() if k not in self.nodes]
         return sorted([*self.nodes.values(), *failed], key=lambda n: n.node)
 
-    def alive(self) -> list[ClusterNode]:
+    def alive(self) -> list[Backend]:
         return [n for n in self.nodes.values() if n.alive]
 
-    def holder(self, session_id: str) -> ClusterNode | None:
+    def holder(self, session_id: str) -> Backend | None:
         return next((n for n in self.nodes.values() if session_id in n.sessions), None)
 
     async def run(self) -> None:
@@ -125,11 +81,11 @@ class Membership:
         for node_id, listing in offering.items():
             if node_id in self.nodes or self._retry_at.get(node_id, 0.0) > now:
                 continue
-            node = ClusterNode(node_id, gpus=float(listing["Resources"].get("GPU", 0)))
+            node = Backend(node_id, gpus=float(listing["Resources"].get("GPU", 0)))
             self.nodes[node_id] = node
             self._followers[node_id] = asyncio.create_task(self._follow(node), name=f"follow-{node_id[:8]}")
 
-    async def _follow(self, node: ClusterNode) -> None:
+    async def _follow(self, node: Backend) -> None:
         """Start (or find) the node's actor, then take its reports until it is lost."""
         try:
             node.actor = spawn(node.node, node.gpus, self.passed, self.loopback_ice)
@@ -165,7 +121,7 @@ class Membership:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(node.poke.wait(), self.report_s)
 
-    def lose(self, node: ClusterNode, reason: str, retry: bool = False) -> None:
+    def lose(self, node: Backend, reason: str, retry: bool = False) -> None:
         """Forget ``node`` and its sessions; its actor is ended (a new one starts while its Ray node lives)."""
         if self.nodes.get(node.node) is not node:
             return

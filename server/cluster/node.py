@@ -11,29 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from server.api.report import NodeReport, node_report
 from server.cluster.node_settings import node_settings
 
 NAMESPACE = "avatar"
 RESOURCE = "avatar"
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    """What the gateway learns from a node at each poll."""
-
-    node: str  # the Ray node id, hex
-    address: str  # http://ip:port of the node's app, as the gateway reaches it
-    sessions: tuple[str, ...]
-    capacity: int  # more sessions it takes now: the engine's measured capacity, under max_sessions
-    misses: float  # playout deadline misses since the node started
-    workers_alive: int
 
 
 def actor_name(node_id: str) -> str:
@@ -114,21 +102,7 @@ class AvatarNode:
             raise RuntimeError("the node has not started")
         if self._server is not None and self._server.done():
             raise RuntimeError(f"the node's server stopped: {_ended(self._server)}")
-        manager = self._app.state.manager
-        engine = manager.engine
-        capacity = engine.capacity() if engine.available else 0
-        cap = manager.settings.max_sessions
-        if cap is not None:
-            capacity = max(0, min(capacity, cap - len(manager.sessions)))
-        misses = self._app.state.metrics.registry.get_sample_value("avatar_deadline_misses_total") or 0.0
-        return NodeReport(
-            node=self._node_id,
-            address=self._address,
-            sessions=tuple(sid for sid, s in manager.sessions.items() if not s.closing),
-            capacity=capacity,
-            misses=misses,
-            workers_alive=sum(1 for w in engine.workers() if w.alive),
-        )
+        return node_report(self._app, self._node_id, self._address)
 
 
 async def _serve_until_exit(server: uvicorn.Server) -> None:

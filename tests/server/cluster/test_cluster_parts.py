@@ -6,12 +6,12 @@ import time
 
 import pytest
 
+from server.api.report import NodeReport
 from server.cluster.join import ClusterUnreachable, join
-from server.cluster.membership import ClusterNode
-from server.cluster.node import NodeReport
 from server.cluster.node_settings import node_settings, passed_to_nodes
-from server.cluster.placement import enrolling_node, ranked
 from server.config import Settings
+from server.front.backends import Backend
+from server.front.placement import enrolling_node, ranked
 
 
 def test_nodes_run_the_gateways_settings_under_their_own_environment():
@@ -33,8 +33,8 @@ def test_nodes_run_the_gateways_settings_under_their_own_environment():
         node_settings(passed, {"AVATAR_ICE_PORTS": "nonsense"}, "10.1.2.3")
 
 
-def _node(node_id: str, capacity: int, sessions: int = 0, alive: bool = True) -> ClusterNode:
-    return ClusterNode(node_id, alive=alive, capacity=capacity, sessions={f"{node_id}-{i}" for i in range(sessions)})
+def _node(node_id: str, capacity: int, sessions: int = 0, alive: bool = True) -> Backend:
+    return Backend(node_id, alive=alive, capacity=capacity, sessions={f"{node_id}-{i}" for i in range(sessions)})
 
 
 def test_placement_prefers_free_capacity_then_fewer_sessions_and_skips_nodes_not_serving():
@@ -57,7 +57,7 @@ def test_a_personal_avatar_is_enrolled_on_the_node_its_name_hashes_to():
 
 
 def test_sessions_placed_after_a_report_was_asked_for_survive_that_report():
-    node = ClusterNode("n", alive=True, capacity=3)
+    node = Backend("n", alive=True, capacity=3)
     asked = time.monotonic()
     node.placed("s_new")
     assert node.capacity == 2 and "s_new" in node.sessions

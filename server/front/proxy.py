@@ -10,13 +10,13 @@ import httpx
 from fastapi import Request, Response
 
 from server.base.errors import ApiError
-from server.cluster.membership import ClusterNode
+from server.front.backends import Backend
 
 REQUEST_HEADERS = frozenset({"authorization", "content-type", "accept", "if-match"})
 RESPONSE_HEADERS = frozenset({"content-type", "location", "etag", "link", "retry-after", "allow"})
 
 
-async def forward(http: httpx.AsyncClient, node: ClusterNode, request: Request, path: str | None = None,
+async def forward(http: httpx.AsyncClient, node: Backend, request: Request, path: str | None = None,
                   body: bytes | None = None) -> httpx.Response:
     """``request`` (or ``body`` to ``path``) sent on to ``node``; 502 ``node_unreachable`` if it does not answer."""
     headers = {k: v for k, v in request.headers.items() if k in REQUEST_HEADERS}

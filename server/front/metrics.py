@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from server.cluster.membership import ClusterNode
+from server.front.backends import Backend
 
 
 class GatewayMetrics:
@@ -28,7 +28,7 @@ class GatewayMetrics:
             "avatar_sessions_rejected", "Session creations the cluster refused", ["reason"], registry=r
         )
 
-    def observe(self, nodes: Iterable[ClusterNode]) -> None:
+    def observe(self, nodes: Iterable[Backend]) -> None:
         """The per-node gauges from the nodes known now (a dropped node's series go)."""
         gauges = (self.node_sessions, self.node_capacity, self.node_misses, self.node_alive)
         for gauge in gauges:

@@ -17,7 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from server.base.protocol import CONTROL_SUBPROTOCOL, ErrorEvent
-from server.cluster.membership import ClusterNode
+from server.front.backends import Backend
 
 CLOSE_SESSION_ENDED = 4000
 CLOSE_UNKNOWN_SESSION = 4404
@@ -27,7 +27,7 @@ VERDICT_S = 10.0  # longest wait for a dropped node to be declared lost
 OPEN_TIMEOUT_S = 5.0
 
 
-async def relay_control(ws: WebSocket, node: ClusterNode | None, session_id: str, max_bytes: int) -> None:
+async def relay_control(ws: WebSocket, node: Backend | None, session_id: str, max_bytes: int) -> None:
     offered = ws.scope.get("subprotocols") or []
     if node is None:
         await _refuse(ws, offered, "unknown_session", f"no session {session_id!r}", CLOSE_UNKNOWN_SESSION)
@@ -45,7 +45,7 @@ async def relay_control(ws: WebSocket, node: ClusterNode | None, session_id: str
         await _relay(ws, upstream, node)
 
 
-async def _relay(ws: WebSocket, upstream: ClientConnection, node: ClusterNode) -> None:
+async def _relay(ws: WebSocket, upstream: ClientConnection, node: Backend) -> None:
     down = asyncio.create_task(_to_client(upstream, ws), name="relay-down")
     up = asyncio.create_task(_to_node(ws, upstream), name="relay-up")
     lost = asyncio.create_task(node.lost.wait(), name="relay-node-lost")

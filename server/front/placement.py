@@ -6,16 +6,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from server.cluster.membership import ClusterNode
+from server.front.backends import Backend
 
 
-def ranked(nodes: Iterable[ClusterNode]) -> list[ClusterNode]:
+def ranked(nodes: Iterable[Backend]) -> list[Backend]:
     """Serving nodes, most free capacity first (then fewer sessions, then node id, so ties spread
     sessions and the order is stable). Full nodes stay last: their figure may be a poll old."""
     return sorted((n for n in nodes if n.alive), key=lambda n: (-n.capacity, len(n.sessions), n.node))
 
 
-def enrolling_node(nodes: Iterable[ClusterNode], name: str) -> ClusterNode | None:
+def enrolling_node(nodes: Iterable[Backend], name: str) -> Backend | None:
     """The serving node that enrols the personal avatar ``name`` and answers for it: the same one
     for a name while the nodes stay, and only the names of a node that leaves move (rendezvous
     hashing); None when no node serves."""
