@@ -28,6 +28,8 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--guidance", "guidance", {"type": float, "help": "audio guidance, 1 = off (default: the config's)"}),
     ("--engine", "engine", {"choices": ["subprocess", "inprocess"],
                             "help": "engine workers in their own processes (default) or a server thread"}),
+    ("--web-processes", "web_processes", {"type": int, "help": "web processes behind one front, sharing the "
+                                                              "engine workers (default one per four cores)"}),
     ("--engine-workers", "engine_workers", {"type": int, "help": "engine worker processes (default one per device)"}),
     ("--sequence-parallel", "sequence_parallel", {"type": int, "help": "each worker's ranks splitting chunks"}),
     ("--pipeline-parallel", "pipeline_parallel", {"type": int,
@@ -96,7 +98,7 @@ def serve(args: argparse.Namespace) -> int:
     if settings.exposed:
         print(f"avatar serve: bound to {settings.host}, reachable beyond this machine: creating a session "
               f"needs the bearer token ({ENV_PREFIX}AUTH_TOKEN)", file=sys.stderr)
-    app = gateway_app(settings, args.ray) if getattr(args, "ray", None) else node_app(settings)
+    app = gateway_app(settings, args.ray) if getattr(args, "ray", None) else node_app(settings, args.log_level)
     if app is None:
         return 2
     print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
@@ -125,21 +127,20 @@ def engine_plan_check(settings: Settings) -> None:
     worker_devices(worker_options(settings))
 
 
-def node_app(settings: Settings) -> Any:
-    """The one-machine server; None (after one line) if its TTS backend cannot run."""
-    from server.api.app import create_app
-    from server.base.engine_link import sample_rate_of
-    from server.voice import tts
+def node_app(settings: Settings, log_level: str = "info") -> Any:
+    """The one-machine server: one web process, or ``web_processes`` of them behind a front; None
+    (after one line) if it cannot run."""
+    from server.api.serving import CannotServe, serving_app
 
     try:
-        speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
-    except KeyError as exc:
-        print(f"avatar serve: {exc.args[0]}", file=sys.stderr)
+        if settings.web_processes > 1:
+            from server.node.front import create_node_front
+
+            return create_node_front(settings, log_level)
+        return serving_app(settings)
+    except CannotServe as exc:
+        print(f"avatar serve: {exc}", file=sys.stderr)
         return None
-    except tts.TTSUnavailable as exc:
-        print(f"avatar serve: TTS backend {settings.tts!r}: {exc}", file=sys.stderr)
-        return None
-    return create_app(settings, speech=speech)
 
 
 def main(argv: list[str] | None = None) -> int:

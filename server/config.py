@@ -103,8 +103,9 @@ class EngineSettings(BaseModel):
         description="torch threads for the engine; default all cores but one, which the WebRTC encoders, "
         "decoders and the TTS use beside it",
     )
-    engine: Literal["subprocess", "inprocess"] = Field(
-        "subprocess", description="where engine workers run: their own processes, or a thread of the server"
+    engine: Literal["subprocess", "inprocess", "node"] = Field(
+        "subprocess", description="where engine workers run: their own processes, a thread of the server, or "
+        "the node's shared workers (a web process of `--web-processes`, at node_sockets)"
     )
     engine_workers: int | None = Field(None, ge=1, description="engine worker processes; default one per device")
     sequence_parallel: int = Field(1, ge=1, description="ranks (devices) that split each chunk's tokens, per worker")
@@ -238,6 +239,29 @@ class InputLimits(BaseModel):
     max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
 
 
+def default_web_processes() -> int:
+    """One web process per four cores this process may run on, at least one: on a small machine the
+    engine needs the cores more than a second event loop would."""
+    return max(1, len(os.sched_getaffinity(0)) // 4)
+
+
+class NodeSettings(BaseModel):
+    """How the node's work is split between processes: web processes behind one front, their shared
+    engine workers, and what a web process's event loop may carry."""
+
+    web_processes: int = Field(
+        default_factory=default_web_processes, ge=1,
+        description="web processes behind one HTTP front, sharing the node's engine workers; default one per "
+        "four cores",
+    )
+    node_sockets: str | None = Field(None, description="the node's engine worker sockets (set by the node)")
+    node_key: str | None = Field(None, description="the key to the node's engine workers, hex (set by the node)")
+    web_loop_budget: float = Field(
+        0.7, gt=0, le=1, description="share of its event loop thread a web process fills before it refuses new "
+        "sessions (measured; a process with no session always takes one)",
+    )
+
+
 class TimingSettings(BaseModel):
     """Deadlines that close stalled requests, sessions and peers, and how often a session reports its figures."""
 
@@ -262,10 +286,12 @@ SETTING_GROUPS: tuple[type[BaseModel], ...] = (
     PlayoutSettings,
     InputLimits,
     TimingSettings,
+    NodeSettings,
 )
 
 
 class Settings(
+    NodeSettings,
     TimingSettings,
     InputLimits,
     PlayoutSettings,

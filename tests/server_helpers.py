@@ -170,8 +170,10 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: int = 1,
-                         startup_s: float = 180.0, log_level: str = "warning") -> AsyncIterator[Running]:
-    """``avatar serve`` in its own process (as deployed: the client is not sharing its GIL)."""
+                         startup_s: float = 180.0, log_level: str = "warning", extra: tuple[str, ...] = (),
+                         env: dict[str, str] | None = None) -> AsyncIterator[Running]:
+    """``avatar serve`` in its own process (as deployed: the client is not sharing its GIL); ``extra``
+    flags and ``env`` variables added."""
     import os
     import subprocess
     import sys
@@ -180,9 +182,10 @@ async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: i
     port = free_port()
     script = Path(__file__).with_name("serve_loopback.py")
     cmd = [sys.executable, str(script), "--port", str(port), "--config", config, "--threads", str(threads),
-           "--max-sessions", str(max_sessions), "--log-level", log_level]
+           "--max-sessions", str(max_sessions), "--log-level", log_level, *extra]
     root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -26,11 +28,12 @@ from server.api.avatars import create_router as avatars_router
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.engine_setup import engine_client
-from server.api.forwarded import GatewayForwarded
+from server.api.forwarded import GATEWAY_HEADER, GatewayForwarded
 from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits, bearer, client_key
 from server.api.redact import install_redaction
+from server.api.report import REPORT_PATH, node_report
 from server.api.whip import create_router as whip_router
 from server.base.engine_link import MAX_VIDEO_BYTES, Engine, EngineError, sample_rate_of
 from server.base.errors import ApiError
@@ -80,6 +83,7 @@ def worker_json(w) -> dict:
         "real_time_sessions": stats.real_time if stats else 0,
         "real_time_by_render": stats.real_time_by_render if stats else {},
         "batch_mean": stats.batch_mean if stats else 0.0,
+        "shared_batches": stats.shared_batches if stats else 0,  # batches over several web processes' sessions
         "load": float(stats.costs.get("load", 1.0)) if stats else 1.0,
         "chunk_ms": stats.chunk_ms if stats else {},
         "quality_levels": stats.quality_levels if stats else {},
@@ -193,6 +197,14 @@ def create_app(
     async def engine_workers(request: Request) -> dict:
         workers = manager(request).engine.workers()
         return {"workers": [worker_json(w) for w in workers], "real_time_by_render": real_time_by_render(workers)}
+
+    @app.get(REPORT_PATH, include_in_schema=False)
+    async def report(request: Request) -> dict:
+        """This app's report to the front it stands behind (a node's web process): only for the front."""
+        secret = request.app.state.gateway_secret
+        if secret is None or not hmac.compare_digest(request.headers.get(GATEWAY_HEADER, ""), secret):
+            raise ApiError(404, "http_error", "Not Found")
+        return dataclasses.asdict(node_report(request.app, getattr(request.app.state, "node_name", ""), ""))
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus(request: Request) -> Response:

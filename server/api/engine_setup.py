@@ -17,10 +17,12 @@ def worker_options(settings: Settings) -> WorkerOptions:
     return WorkerOptions(config=settings.config, device=settings.device, threads=settings.engine_threads,
                          guidance=settings.guidance, warm_up=settings.warm_up, default_preset=settings.default_quality,
                          drawn=settings.drawn, settle_s=settings.engine_settle_s,
-                         parallel=None if plan.single else plan)
+                         parallel=None if plan.single else plan, socket_dir=settings.node_sockets,
+                         key=bytes.fromhex(settings.node_key or ""))
 
 
 def engine_client(settings: Settings) -> EngineClient:
     """The engine the settings name: ``engine_workers`` subprocess workers (default one per
-    device), or one in-process worker thread with ``engine = "inprocess"``."""
+    device), one in-process worker thread with ``engine = "inprocess"``, or the node's shared
+    workers at ``node_sockets`` with ``engine = "node"``."""
     return WorkerPool(worker_options(settings), workers=settings.engine_workers, kind=settings.engine)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+REPORT_PATH = "/v1/node/report"  # where a node's web process answers its front (with the front's secret)
+
 
 @dataclass(frozen=True)
 class NodeReport:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -50,10 +50,12 @@ def _error(status: int, code: str, message: str, retry_after: int | None = None)
 
 def create_front(settings: Settings, membership: Members, metrics: GatewayMetrics, *, title: str, description: str,
                  around: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
-                 backends: str = "nodes", none_serving: str = "no avatar node serves") -> FastAPI:
+                 backends: str = "nodes", none_serving: str = "no avatar node serves",
+                 render_metrics: Callable[[], Awaitable[bytes]] | None = None) -> FastAPI:
     """The front over ``membership``'s apps. ``around(app)`` brings up what the apps need before the
     front follows them (and ends it after); ``backends`` names them in ``/healthz``, ``none_serving``
-    is the 503 message while none serves."""
+    is the 503 message while none serves; ``render_metrics`` writes ``/metrics`` (default: the
+    front's own ``metrics``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -116,6 +118,8 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus() -> Response:
+        if render_metrics is not None:
+            return Response(await render_metrics(), media_type=CONTENT_TYPE_LATEST)
         metrics.observe(membership.listing())
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 

@@ -1,0 +1,25 @@
+"""The whole one-process server as ``avatar serve`` runs it: the app with its TTS backend."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from server.api.app import create_app
+from server.base.engine_link import sample_rate_of
+from server.config import Settings
+from server.voice import tts
+
+
+class CannotServe(Exception):
+    """What stops the server from starting, in one line."""
+
+
+def serving_app(settings: Settings) -> FastAPI:
+    """The app ``settings`` describe; ``CannotServe`` if its TTS backend cannot run here."""
+    try:
+        speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
+    except KeyError as exc:
+        raise CannotServe(exc.args[0]) from None
+    except tts.TTSUnavailable as exc:
+        raise CannotServe(f"TTS backend {settings.tts!r}: {exc}") from None
+    return create_app(settings, speech=speech)
