@@ -16,7 +16,7 @@ class NodeReport:
     node: str  # the Ray node id, hex
     address: str  # http://ip:port of the node's app, as the gateway reaches it
     sessions: tuple[str, ...]
-    capacity: int  # more sessions it takes now: the engine's measured capacity, under max_sessions
+    capacity: int  # more sessions it takes now: the engine's and its event loop's room, under max_sessions
     misses: float  # playout deadline misses since the node started
     workers_alive: int
 
@@ -25,7 +25,7 @@ def node_report(app: Any, node: str, address: str) -> NodeReport:
     """``app``'s report as the backend ``node`` at ``address``; read on the app's own event loop."""
     manager = app.state.manager
     engine = manager.engine
-    capacity = engine.capacity() if engine.available else 0
+    capacity = min(engine.capacity(), manager.room()) if engine.available else 0
     cap = manager.settings.max_sessions
     if cap is not None:
         capacity = max(0, min(capacity, cap - len(manager.sessions)))

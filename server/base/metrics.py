@@ -61,9 +61,12 @@ class ServerMetrics:
 
 
 class MediaMetrics:
-    """Frames and audio through the sessions' pipelines."""
+    """Frames and audio through the sessions' pipelines, and the event loop that carries them."""
 
     def __init__(self, r: CollectorRegistry) -> None:
+        self.loop_busy = Gauge(
+            "avatar_web_loop_busy", "Share of the last seconds the event loop thread spent on the CPU", registry=r
+        )
         self.frames_generated = Counter(
             "avatar_frames_generated", "Frames produced by the engine", registry=r
         )

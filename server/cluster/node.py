@@ -1,4 +1,5 @@
-"""One avatar node: a whole ``avatar serve`` app (engine workers and WebRTC endpoint) in a Ray actor.
+"""One avatar node: a whole ``avatar serve`` app (engine workers and WebRTC endpoint) in a Ray actor:
+with ``web_processes`` > 1, the node's front over its web processes, as ``avatar serve`` runs it.
 
 The gateway starts one on every Ray node that offers the ``avatar`` resource. It is detached and
 named after its Ray node, so it outlives the gateway that started it and a restarted gateway finds
@@ -17,7 +18,7 @@ import ray
 import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from server.api.report import NodeReport, node_report
+from server.api.report import NodeReport
 from server.cluster.node_settings import node_settings
 
 NAMESPACE = "avatar"
@@ -71,8 +72,10 @@ class AvatarNode:
         return await asyncio.shield(self._starting)
 
     async def _serve(self) -> str:
-        from server.api.app import create_app  # the engine's imports: only where a node runs
+        from server.api.serving import serving_app  # the engine's imports: only where a node runs
         from server.api.uvicorn_config import server_config
+        from server.node import web_process
+        from server.node.front import create_node_front
 
         ip = ray.util.get_node_ip_address()
         settings = node_settings(self._passed, os.environ, ip)
@@ -81,7 +84,9 @@ class AvatarNode:
             import aioice.ice
 
             aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
-        app = create_app(settings)
+            web_process.HOST_ADDRESSES = ["127.0.0.1"]
+        # The same layout as ``avatar serve``: several web processes behind the node's own front.
+        app = create_node_front(settings) if settings.web_processes > 1 else serving_app(settings)
         # Requests come through the gateway: the client they count against (per-client limits) is
         # the one it names in X-Forwarded-For, trusted only with the gateway's secret (a client
         # reaching this port directly counts as itself). With a token required, limits key on the token.
@@ -102,7 +107,7 @@ class AvatarNode:
             raise RuntimeError("the node has not started")
         if self._server is not None and self._server.done():
             raise RuntimeError(f"the node's server stopped: {_ended(self._server)}")
-        return node_report(self._app, self._node_id, self._address)
+        return self._app.state.report(self._node_id, self._address)
 
 
 async def _serve_until_exit(server: uvicorn.Server) -> None:

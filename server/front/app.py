@@ -51,11 +51,12 @@ def _error(status: int, code: str, message: str, retry_after: int | None = None)
 def create_front(settings: Settings, membership: Members, metrics: GatewayMetrics, *, title: str, description: str,
                  around: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
                  backends: str = "nodes", none_serving: str = "no avatar node serves",
-                 render_metrics: Callable[[], Awaitable[bytes]] | None = None) -> FastAPI:
+                 render_metrics: Callable[[], Awaitable[bytes]] | None = None,
+                 capacity: Callable[[list[Backend]], int] | None = None) -> FastAPI:
     """The front over ``membership``'s apps. ``around(app)`` brings up what the apps need before the
     front follows them (and ends it after); ``backends`` names them in ``/healthz``, ``none_serving``
     is the 503 message while none serves; ``render_metrics`` writes ``/metrics`` (default: the
-    front's own ``metrics``)."""
+    front's own ``metrics``); ``capacity`` counts the serving apps' room (default: the sum)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -108,7 +109,7 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
             backends: len(listed),
             f"{backends}_alive": len(alive),
             "sessions": sum(len(n.sessions) for n in alive),
-            "capacity": sum(n.capacity for n in alive),
+            "capacity": capacity(alive) if capacity is not None else sum(n.capacity for n in alive),
         }
         if not listed:
             body["reason"] = none_serving

@@ -16,6 +16,7 @@ import httpx
 from fastapi import FastAPI
 
 from server.api.app import real_time_by_render, worker_json
+from server.api.report import NodeReport
 from server.config import Settings
 from server.front.app import create_front
 from server.front.metrics import GatewayMetrics
@@ -51,11 +52,26 @@ def create_node_front(settings: Settings, log_level: str = "warning") -> FastAPI
         metrics.observe(members.listing())
         return merged_metrics({"front": metrics.render().decode(), **await web_metrics()})
 
+    def node_capacity(serving: list) -> int:
+        """The web processes' room, within the shared engine's."""
+        engine = supervisor.pool.capacity() if supervisor.pool is not None else 0
+        return min(engine, sum(b.capacity for b in serving))
+
     app = create_front(settings, members, metrics, title="avatar-engine node", around=node_running,
                        description="One machine's web processes behind one front, sharing its engine workers.",
                        backends="web_processes", none_serving="no web process of this node serves yet",
-                       render_metrics=node_metrics)
+                       render_metrics=node_metrics, capacity=node_capacity)
     app.state.supervisor = supervisor
+
+    def report(node: str, address: str) -> NodeReport:
+        """The whole node as one app (a Ray cluster's node actor runs this front)."""
+        serving = [b for b in members.listing() if b.alive]
+        workers = supervisor.pool.workers() if supervisor.pool is not None else []
+        return NodeReport(node=node, address=address, sessions=tuple(s for b in serving for s in b.sessions),
+                          capacity=node_capacity(serving), misses=sum(b.misses for b in serving),
+                          workers_alive=sum(1 for w in workers if w.alive) if serving else 0)
+
+    app.state.report = report
 
     @app.get("/v1/engine", tags=["ops"])
     async def engine() -> dict:

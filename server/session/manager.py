@@ -7,6 +7,7 @@ import secrets
 
 from server.base.engine_link import Engine, EngineError
 from server.base.errors import ApiError
+from server.base.loop_load import LoopLoad
 from server.base.metrics import ServerMetrics
 from server.base.protocol import SessionCreate
 from server.config import Settings
@@ -39,6 +40,9 @@ class SessionManager:
         self.personal = PersonalAvatars(settings.avatar_store, lambda: self.engine.avatars)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
+        self.loop_load = LoopLoad(settings.web_loop_budget)
+        self._sampling: asyncio.Task | None = None
+        metrics.media.loop_busy.set_function(lambda: self.loop_load.busy)
         metrics.sessions_active.set_function(lambda: len(self.sessions))
         metrics.media.playout_delay_seconds.set_function(self._mean_delay)
 
@@ -48,13 +52,19 @@ class SessionManager:
 
     async def create(self, options: SessionCreate) -> Session:
         """Check the request, then open the engine session on the worker with the most free
-        capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total. A
-        creation counts against the cap from its check on, with no await in between, so parallel
-        requests cannot all pass the check before any of them is recorded."""
+        capacity (measured, not a fixed count); ``max_sessions``, when set, caps the total, and this
+        process's event loop must have room for one more session (:class:`LoopLoad`). A creation
+        counts against the cap from its check on, with no await in between, so parallel requests
+        cannot all pass the check before any of them is recorded."""
         cap = self.settings.max_sessions
-        if cap is not None and len(self.sessions) + self._opening >= cap:
+        held = len(self.sessions) + self._opening
+        if cap is not None and held >= cap:
             self.metrics.sessions_rejected.labels("capacity").inc()
             raise ApiError(503, "at_capacity", f"the server is at its limit of {cap} sessions; try again later")
+        if self.loop_load.room(held) <= 0:
+            self.metrics.sessions_rejected.labels("web_saturated").inc()
+            raise ApiError(503, "at_capacity", f"this web process's event loop is {self.loop_load.busy:.0%} busy "
+                           f"with {held} sessions: it takes no more; try again later", retry_after=5)
         self._opening += 1
         try:
             return await self._create(options)
@@ -140,10 +150,17 @@ class SessionManager:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
+    def room(self) -> int:
+        """More sessions this web process's event loop takes now."""
+        return self.loop_load.room(len(self.sessions) + self._opening)
+
     def start(self) -> None:
         self.reaper.start()
+        self._sampling = asyncio.get_running_loop().create_task(self.loop_load.run(), name="loop-load")
 
     async def stop(self) -> None:
+        if self._sampling is not None:
+            self._sampling.cancel()
         await self.personal.close()
         await self.reaper.stop()
         await self.close_all()

@@ -50,3 +50,20 @@ async def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client():
             res = await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": address})
             assert res.status_code == 201, res.text
         refused(await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": "203.0.113.7"}), "a minute")
+
+
+async def test_a_web_process_whose_event_loop_is_full_refuses_sessions_the_engine_has_room_for():
+    async with running_server(make_settings(max_sessions=8, web_loop_budget=0.001), config="puppet") as srv:
+        first = await srv.http.post("/v1/sessions", json={})
+        assert first.status_code == 201, first.text  # an empty process always takes one
+        full = await srv.http.post("/v1/sessions", json={})
+        assert full.status_code == 503 and full.headers["retry-after"] == "5", full.text
+        error = full.json()["error"]
+        assert error["code"] == "at_capacity" and "event loop" in error["message"]
+        assert srv.manager.engine.capacity() > 0  # the engine had room
+        metrics = (await srv.http.get("/metrics")).text
+        assert 'avatar_sessions_rejected_total{reason="web_saturated"} 1.0' in metrics
+        assert "avatar_web_loop_busy " in metrics
+    async with running_server(make_settings(max_sessions=8), config="puppet") as srv:  # the default budget
+        for _ in range(2):
+            assert (await srv.http.post("/v1/sessions", json={})).status_code == 201

@@ -1,0 +1,41 @@
+"""LoopLoad: the loop thread's busy share from its CPU time, and the sessions that still fit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from server.base.loop_load import MIN_SESSION_SHARE, LoopLoad
+
+
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+async def test_a_loop_that_spins_half_the_time_reads_about_half_busy() -> None:
+    load = LoopLoad(budget=0.7, window_s=2.0)
+    load.sample()
+    for _ in range(10):
+        spin(0.05)
+        await asyncio.sleep(0.05)
+        load.sample()
+    assert 0.35 < load.busy < 0.65, load.busy
+    # 4 sessions over ~0.5 of the loop: ~0.125 each; the budget leaves room for one more at most.
+    assert load.room(4) == int((0.7 - load.busy) / (load.busy / 4))
+    assert load.room(4) <= 1
+
+
+async def test_an_idle_loop_takes_sessions_and_an_empty_one_always_takes_one() -> None:
+    load = LoopLoad(budget=0.7, window_s=2.0)
+    load.sample()
+    await asyncio.sleep(0.3)
+    load.sample()
+    assert load.busy < 0.05
+    assert load.room(0) >= 1 and load.room(2) >= int(0.6 / max(load.busy / 2, MIN_SESSION_SHARE))
+    saturated = LoopLoad(budget=0.01, window_s=2.0)
+    saturated.sample()
+    spin(0.2)
+    saturated.sample()
+    assert saturated.room(1) == 0 and saturated.room(0) == 1
