@@ -18,6 +18,7 @@ from collections import deque
 # What one more session is assumed to cost the loop at least, before it is measured: a 256²
 # session measured about 0.02-0.05 of the loop thread here (``bench/web_side.py``).
 MIN_SESSION_SHARE = 0.01
+UNBOUNDED = 1 << 30
 
 
 class LoopLoad:
@@ -44,7 +45,9 @@ class LoopLoad:
 
     def room(self, sessions: int) -> int:
         """More sessions the loop can take within its budget at the measured cost per session; a
-        loop with no session always takes one."""
+        loop with no session always takes one, and a budget of the whole loop (1) never refuses."""
+        if self.budget >= 1.0:
+            return UNBOUNDED
         if sessions == 0:
             return max(1, self._room(self.busy, MIN_SESSION_SHARE))
         return self._room(self.busy, max(self.busy / sessions, MIN_SESSION_SHARE))

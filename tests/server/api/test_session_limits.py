@@ -64,6 +64,6 @@ async def test_a_web_process_whose_event_loop_is_full_refuses_sessions_the_engin
         metrics = (await srv.http.get("/metrics")).text
         assert 'avatar_sessions_rejected_total{reason="web_saturated"} 1.0' in metrics
         assert "avatar_web_loop_busy " in metrics
-    async with running_server(make_settings(max_sessions=8), config="puppet") as srv:  # the default budget
+    async with running_server(make_settings(max_sessions=8, web_loop_budget=0.7), config="puppet") as srv:  # default
         for _ in range(2):
             assert (await srv.http.post("/v1/sessions", json={})).status_code == 201

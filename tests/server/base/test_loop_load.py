@@ -39,3 +39,11 @@ async def test_an_idle_loop_takes_sessions_and_an_empty_one_always_takes_one() -
     spin(0.2)
     saturated.sample()
     assert saturated.room(1) == 0 and saturated.room(0) == 1
+
+
+def test_a_budget_of_the_whole_loop_never_refuses() -> None:
+    load = LoopLoad(budget=1.0)
+    load.sample()
+    spin(0.1)
+    load.sample()
+    assert load.busy > 0.5 and load.room(100) > 1000
