@@ -9,8 +9,9 @@ from server.base.loop_load import MIN_SESSION_SHARE, LoopLoad
 
 
 def spin(seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    """Use ``seconds`` of this thread's CPU (more wall time on a loaded machine)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         pass
 
 
@@ -21,10 +22,8 @@ async def test_a_loop_that_spins_half_the_time_reads_about_half_busy() -> None:
         spin(0.05)
         await asyncio.sleep(0.05)
         load.sample()
-    assert 0.35 < load.busy < 0.65, load.busy
-    # 4 sessions over ~0.5 of the loop: ~0.125 each; the budget leaves room for one more at most.
-    assert load.room(4) == int((0.7 - load.busy) / (load.busy / 4))
-    assert load.room(4) <= 1
+    assert 0.2 < load.busy < 0.55, load.busy  # 0.5 s of CPU in at least 1 s
+    assert load.room(4) == int((0.7 - load.busy) / (load.busy / 4))  # at the measured cost per session
 
 
 async def test_an_idle_loop_takes_sessions_and_an_empty_one_always_takes_one() -> None:
