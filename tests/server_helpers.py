@@ -106,6 +106,7 @@ class Running:
     url: str
     app: object
     http: httpx.AsyncClient
+    pid: int | None = None  # the server's process, when it runs in its own
 
     @property
     def manager(self):
@@ -202,7 +203,7 @@ async def spawned_server(config: str = "tiny", threads: int = 2, max_sessions: i
                 if time.monotonic() > deadline:
                     raise TimeoutError("avatar serve did not come up")
                 await asyncio.sleep(0.2)
-            yield Running(url, None, http)
+            yield Running(url, None, http, proc.pid)
     finally:
         proc.terminate()
         try:
