@@ -7,18 +7,25 @@ import contextlib
 import logging
 from datetime import UTC, datetime
 
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from aiortc.sdp import SessionDescription
 
 from server.base.protocol import IceServer
+from server.media.broadcast import PacketTrack
 from server.media.sdp import BadOffer, check_offer
 
 __all__ = ["BadOffer", "answer", "answer_ingest", "apply_offer", "close_peer", "create_peer", "dead_rtcp",
-           "hold_audio_packets", "last_rtcp_age", "remote_streams"]
+           "hold_audio_packets", "last_rtcp_age", "remote_streams", "sent_codecs"]
 log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 5.0  # a healthy close takes milliseconds
 JITTER_ATTR = "_RTCRtpReceiver__jitter_buffer"  # aiortc's receiver keeps its jitter buffer here
 RTCP_TASK_ATTR = "_RTCRtpReceiver__rtcp_task"  # and its receiver-report task here
+# aiortc's sender turns a receiver's PLI/FIR into this call, which forces a keyframe only of frames it
+# encodes itself; the broadcast's tracks hand it packets, so the request goes to their encoding instead.
+KEYFRAME_HOOK = "_send_keyframe"
+SENDING = ("sendrecv", "sendonly")
 
 
 def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
@@ -61,15 +68,30 @@ async def _local_answer(pc: RTCPeerConnection) -> RTCSessionDescription:
 
 
 async def answer(
-    pc: RTCPeerConnection, offer: RTCSessionDescription, video: MediaStreamTrack, audio: MediaStreamTrack,
+    pc: RTCPeerConnection, offer: RTCSessionDescription, video: PacketTrack, audio: PacketTrack,
     mic_packets: int | None = None,
 ) -> RTCSessionDescription:
-    """Apply the offer, attach our two tracks to its audio/video sections, return the answer."""
+    """Apply the offer, attach our two tracks to its audio/video sections, return the answer; each
+    track then receives the packets of the codec its section negotiated, and its receiver's keyframe
+    requests reach that codec's encoder."""
     if not {"audio", "video"} <= await apply_offer(pc, offer, mic_packets):
         raise BadOffer("the offer must contain an audio and a video media section")
     pc.addTrack(video)
     pc.addTrack(audio)
-    return await _local_answer(pc)
+    description = await _local_answer(pc)
+    for sender, codec in sent_codecs(pc):
+        if isinstance(sender.track, PacketTrack):
+            setattr(sender, KEYFRAME_HOOK, sender.track.request_keyframe)
+            sender.track.bind(codec)
+    return description
+
+
+def sent_codecs(pc: RTCPeerConnection) -> list[tuple[RTCRtpSender, RTCRtpCodecParameters]]:
+    """Each sender with a track that sends, and its codec: the first of its section in our answer."""
+    sections = SessionDescription.parse(pc.localDescription.sdp).media
+    first = {m.rtp.muxId: m.rtp.codecs[0] for m in sections if m.rtp.codecs}
+    return [(t.sender, first[t.mid]) for t in pc.getTransceivers()
+            if t.sender.track is not None and t.mid in first and t.currentDirection in SENDING]
 
 
 async def answer_ingest(pc: RTCPeerConnection, offer: RTCSessionDescription,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
 from server.base.protocol import IceServer
-from server.media.broadcast import Broadcast, FanOutTrack
+from server.media.broadcast import Broadcast, PacketTrack
 from server.media.microphone import consume_microphone
 from server.media.peer import answer, close_peer, create_peer
 
@@ -28,7 +28,7 @@ class TooManyViewers(Exception):
 class Viewer:
     id: str
     pc: RTCPeerConnection
-    tracks: tuple[FanOutTrack, FanOutTrack]
+    tracks: tuple[PacketTrack, PacketTrack]
     tasks: set[asyncio.Task] = field(default_factory=set)
 
 

@@ -19,10 +19,10 @@ from server.base.protocol import ServerEvent
 from server.config import Settings
 from server.media.broadcast import Broadcast
 from server.media.clock import MonotonicClock
+from server.media.outgoing import PlayoutAudio, PlayoutVideo
 from server.media.playout import PlayoutBuffer, VideoOut
 from server.media.recorder import MP4Recorder
 from server.media.sync_probe import SyncProbe
-from server.media.tracks import PlayoutAudioTrack, PlayoutVideoTrack
 from server.media.viewers import Viewers
 from server.session.generated import GeneratedFrames
 from server.session.liveness import Liveness
@@ -63,8 +63,9 @@ class Outbound:
         self.played = PlaybackReporter(session_id, sr, self.sync, voice.tracker, liveness, metrics, emit)
         self.resting = RestingVideo(self.playout, voice.gate, sr // fps, on_replaced=metrics.media.frames_rested.inc)
         self.broadcast = Broadcast(
-            PlayoutVideoTrack(self.resting, fps, self._video_played),
-            PlayoutAudioTrack(MutedAudio(self.playout, voice.gate), sr, self.played.audio_played),
+            PlayoutVideo(self.resting, fps, self._video_played),
+            PlayoutAudio(MutedAudio(self.playout, voice.gate), self.played.audio_played),
+            fps, sr,
         )
         self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, on_viewer_connected, settings.max_viewers)
 

@@ -20,8 +20,8 @@ import dataclasses
 
 import numpy as np
 
+from server.media.outgoing import AudioSource
 from server.media.playout import AudioOut
-from server.media.tracks import AudioSource
 
 FADE_S = 0.005
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from server.media.outgoing import VideoSource
 from server.media.playout import VideoOut
-from server.media.tracks import VideoSource
 from server.voice.mute import VoiceGate
 
 FADE_FRAMES = 2  # 80 ms at 25 fps: the mouth is shut two frames after the cut

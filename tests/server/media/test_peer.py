@@ -4,18 +4,32 @@ and a bounded close, measured on real aiortc peers over loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from fractions import Fraction
 
 import av
 import numpy as np
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+import pytest
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
-from aiortc.rtp import RtpPacket
+from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket, RtpPacket
+from broadcast_helpers import Clock, Releases, picture
 from server_helpers import SpeechTrack, loopback_only, speech_pcm16, wait_until
 
-from server.media.peer import CLOSE_TIMEOUT_S, JITTER_ATTR, answer_ingest, close_peer, create_peer, dead_rtcp
+from server.media.broadcast import KEYFRAME_GAP_S, Broadcast, FanOut
+from server.media.encoders import Media
+from server.media.peer import (
+    CLOSE_TIMEOUT_S,
+    JITTER_ATTR,
+    answer,
+    answer_ingest,
+    close_peer,
+    create_peer,
+    dead_rtcp,
+    sent_codecs,
+)
 
 RATE, PACKET = 48_000, 960
 
@@ -120,3 +134,83 @@ async def test_a_peer_whose_rtcp_task_died_closes_at_once(monkeypatch) -> None:
     assert took < CLOSE_TIMEOUT_S / 2, took
     assert server.getTransceivers()[0].receiver.transport.state == "closed"
     await client.close()
+
+
+async def viewer_offer(video: str | None = None, direction: str = "recvonly") -> RTCPeerConnection:
+    """A client receiving audio and video (``direction`` of its video), preferring the ``video`` codec."""
+    client = RTCPeerConnection()
+    client.addTransceiver("audio", direction="recvonly")
+    transceiver = client.addTransceiver("video", direction=direction)
+    if video is not None:
+        codecs = RTCRtpSender.getCapabilities("video").codecs
+        transceiver.setCodecPreferences([c for c in codecs if c.mimeType.lower() == video])
+    await client.setLocalDescription(await client.createOffer())
+    return client
+
+
+@pytest.mark.parametrize(("mime", "decoder"), [("video/vp8", "vp8"), ("video/h264", "h264")])
+async def test_a_peer_gets_the_pictures_in_the_codec_it_negotiated(monkeypatch, mime, decoder) -> None:
+    loopback_only(monkeypatch)
+    video, audio = Releases("video"), Releases("audio")
+    broadcast = Broadcast(video, audio, 25, 16_000)
+    server, client = create_peer([]), await viewer_offer(mime)
+    description = await answer(server, client.localDescription, *broadcast.subscribe())
+    assert [c.mimeType.lower() for _, c in sent_codecs(server)] == ["audio/opus", mime]
+    assert broadcast.video.codecs == [mime] and broadcast.audio.codecs == ["audio/opus"]
+    frames: list[av.VideoFrame] = []
+    client.on("track", lambda track: track.kind == "video" and asyncio.ensure_future(collect(track, frames)))
+    await client.setRemoteDescription(RTCSessionDescription(sdp=description.sdp, type="answer"))
+    pump = asyncio.create_task(broadcast.run())
+    for i in range(50):
+        video.queue.put_nowait(Media(picture(i), i * 3600))
+        await asyncio.sleep(0.04)
+        if len(frames) >= 10:
+            break
+    assert len(frames) >= 10, "the client decoded too few pictures"
+    sent = {i * 3600: picture(i) for i in range(50)}
+    shown = frames[5]
+    error = np.abs(shown.to_ndarray(format="rgb24").astype(int) - sent[shown.pts].astype(int)).mean()
+    assert error < 12, error  # the picture of its own timestamp
+    await client.close()
+    await close_peer(server)
+    video.queue.put_nowait(None)
+    audio.queue.put_nowait(None)
+    await asyncio.wait_for(pump, 5)
+
+
+async def collect(track: MediaStreamTrack, into: list) -> None:
+    with contextlib.suppress(MediaStreamError):
+        while True:
+            into.append(await track.recv())
+
+
+async def test_a_receivers_keyframe_request_reaches_the_encoder() -> None:
+    video, clock = Releases("video"), Clock()
+    broadcast = Broadcast(video, Releases("audio"), 25, 16_000)
+    broadcast.video = FanOut(video, 25, 16_000, clock)
+    server, client = create_peer([]), await viewer_offer()
+    track, _ = tracks = broadcast.subscribe()
+    await answer(server, client.localDescription, *tracks)
+    pump = asyncio.create_task(broadcast.video.run())
+    (sender,) = [s for s in server.getSenders() if s.track is track]
+    keyframes = []
+    for i in range(6):
+        if i == 3:  # what aiortc's sender does with a receiver's PLI
+            await sender._handle_rtcp_packet(RtcpPsfbPacket(fmt=RTCP_PSFB_PLI, ssrc=1, media_ssrc=sender._ssrc))
+        clock.now += KEYFRAME_GAP_S
+        video.queue.put_nowait(Media(picture(i), i * 3600))
+        keyframes.append((await asyncio.wait_for(track.recv(), 5)).is_keyframe)
+    assert keyframes == [True, False, False, True, False, False]
+    video.queue.put_nowait(None)
+    await asyncio.wait_for(pump, 5)
+    await client.close()
+    await close_peer(server)
+
+
+async def test_a_section_the_server_does_not_send_on_costs_no_encoding() -> None:
+    broadcast = Broadcast(Releases("video"), Releases("audio"), 25, 16_000)
+    server, client = create_peer([]), await viewer_offer(direction="sendonly")  # the client only sends video
+    await answer(server, client.localDescription, *broadcast.subscribe())
+    assert broadcast.video.codecs == [] and broadcast.audio.codecs == ["audio/opus"]
+    await client.close()
+    await close_peer(server)
