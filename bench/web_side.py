@@ -10,7 +10,7 @@ its event-loop thread's, each thread's by name, and each session's deadline miss
 socket's ``metrics`` events).
 
     python bench/web_side.py [--sessions 1,3,6] [--image astronaut] [--viewers K] [--window 20]
-                             [--profile FILE.svg|.json|.txt] [--json FILE]
+                             [--profile FILE.svg|.json|.txt [--profile-gil]] [--json FILE]
 
 ``--image`` animates a photograph (``astronaut``: scikit-image's portrait; 512² with the ``tiny``
 engine, which puppet cannot draw) instead of the bundled 256² avatar. ``--profile`` runs
@@ -88,8 +88,8 @@ def python_thread_names(pid: int) -> dict[int, str]:
 
 
 def thread_group(name: str) -> str:
-    """Threads of one pool under one name: ``ThreadPoolExecutor-0_3`` -> ``ThreadPoolExecutor-0``."""
-    return re.sub(r"_\d+$", "", name)
+    """Threads of one pool under one name: ``ThreadPoolExecutor-0_3`` -> ``ThreadPoolExecutor``."""
+    return re.sub(r"([-_]\d+)+$", "", name)
 
 
 def cores_by_thread(pid: int, start: CpuSample, end: CpuSample, names: dict[int, str]) -> dict[str, float]:
@@ -223,11 +223,14 @@ def image_option(name: str | None) -> dict:
     return {"image": base64.b64encode(raw).decode()}
 
 
-def profiler(pid: int, path: Path, seconds: float) -> subprocess.Popen:
+def profiler(pid: int, path: Path, seconds: float, gil: bool) -> subprocess.Popen:
+    """``py-spy record`` of every thread (``gil``: only of the one holding the GIL, which leaves out
+    the samples of a thread waiting for it), a stack's root naming its thread."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     fmt = PROFILE_FORMATS.get(path.suffix, "speedscope")
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(round(seconds)), "--rate", "100",
-                             "--threads", "--format", fmt, "--output", str(path)], stdout=subprocess.DEVNULL)
+                             "--threads", "--format", fmt, "--output", str(path), *(["--gil"] if gil else [])],
+                            stdout=subprocess.DEVNULL)
 
 
 def frames_of(sessions: list[BenchSession]) -> list[list[Consumed]]:
@@ -243,7 +246,7 @@ async def measure(args: argparse.Namespace, count: int, profile: Path | None) ->
             await asyncio.sleep(args.warmup)
             before_frames = [[dict(c.frames) for c in peers] for peers in frames_of(sessions)]
             before_metrics = [s.metrics for s in sessions]
-            spy = profiler(srv.pid, profile, args.window) if profile else None
+            spy = profiler(srv.pid, profile, args.window, args.profile_gil) if profile else None
             start = cpu_sample(srv.pid)
             await asyncio.sleep(args.window)
             end = cpu_sample(srv.pid)
@@ -303,6 +306,7 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--window", type=float, default=20.0)
     p.add_argument("--profile", default=None, metavar="FILE", help="py-spy record the server over the window")
+    p.add_argument("--profile-gil", action="store_true", help="profile only the thread holding the GIL")
     p.add_argument("--json", default=None, metavar="FILE")
     args = p.parse_args(argv)
     args.config = args.config or ("tiny" if args.image else "puppet")
