@@ -3,7 +3,7 @@
 The playout sources release each picture and voice packet at its deadline and report it played
 (``playback.*`` events, the A/V probe) exactly once, so exactly one pump reads each of them, from
 the moment the session's media clock starts whether anyone watches or not. Each release is encoded
-once for every codec the receivers negotiated (in the loop's executor, off the event loop), and
+once for every codec the receivers negotiated (on the encoder threads, off the event loop), and
 every receiver of that codec gets the same packets: aiortc's sender only packetizes a packet its
 track returns. A receiver joins its codec's encoding once its answer is made (:meth:`PacketTrack.bind`).
 
@@ -22,12 +22,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
+from server.media.encoder_threads import ENCODERS
 from server.media.encoders import Encoder, Media, encoder_for
 from server.media.outgoing import MediaSource
 from server.media.playout import PlayoutClosed
@@ -120,7 +122,7 @@ class PacketTrack(MediaStreamTrack):
 
 class Encoding:
     """One codec's encoder and its receivers. Releases wait (at most ``depth``) while it is busy
-    encoding earlier ones in the executor; then all that waited go in one call."""
+    encoding earlier ones on an encoder thread; then all that waited go in one call."""
 
     def __init__(self, encoder: Encoder, depth: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.tracks: set[PacketTrack] = set()
@@ -172,17 +174,15 @@ class Encoding:
         batch = list(self._waiting)
         self._waiting.clear()
         self._busy = True
-        loop = asyncio.get_running_loop()
-        loop.run_in_executor(None, self._encoder.encode, batch, self._keyframe()).add_done_callback(self._encoded)
+        ENCODERS.submit(partial(self._encoder.encode, batch, self._keyframe()), self._encoded)
 
-    def _encoded(self, done: asyncio.Future[list[av.Packet]]) -> None:
+    def _encoded(self, packets: list[av.Packet] | None, error: BaseException | None) -> None:
         self._busy = False
         if self._closed:
             return
-        if done.exception() is not None:
-            log.error("encoding failed", exc_info=done.exception())
+        if error is not None:
+            log.error("encoding failed", exc_info=error)
         else:
-            packets = done.result()
             for track in list(self.tracks):
                 track.offer(packets)
         if self._waiting:
