@@ -6,6 +6,13 @@ its peers chose and hands every one of them the same packets. Video is encoded h
 own settings (realtime, no lag, CBR) at a fixed bitrate for the picture size, with a keyframe every
 :data:`KEYFRAME_INTERVAL_S` and on request; voice goes through aiortc's own encoder for the codec,
 whose RTP payloads are the packets.
+
+Two settings differ from aiortc's, measured on puppet (256²) and warped-photo (512²) pictures at
+these bitrates: VP8 without its temporal denoiser (``noise-sensitivity`` 0; rendered pictures carry
+no noise) costs 14% less a picture and scores 0.1 dB (256²) and 1.4 dB (512²) more PSNR; x264's
+``veryfast`` preset instead of its default ``medium`` costs a third (256², 2.4 -> 0.8 ms a picture)
+to a quarter (512², 12.9 -> 3.2 ms) at 0.3-0.8 dB less, so an H.264 peer costs what a VP8 one does.
+x264 also takes aiortc's thread count for the picture size instead of one thread per core per encoder.
 """
 
 from __future__ import annotations
@@ -75,17 +82,17 @@ class VideoEncoder:
         codec.time_base, codec.framerate = VIDEO_TIME_BASE, Fraction(self.fps)
         codec.bit_rate = bitrate = video_bitrate(width, height)
         codec.gop_size = round(KEYFRAME_INTERVAL_S * self.fps)
+        codec.thread_count = number_of_threads(width * height, multiprocessing.cpu_count())
         if self.codec_name == "libvpx":
             codec.qmin, codec.qmax = 2, 56
-            codec.thread_count = number_of_threads(width * height, multiprocessing.cpu_count())
             codec.options = {
                 "bufsize": str(bitrate), "minrate": str(bitrate), "maxrate": str(bitrate),  # CBR, 1 s buffer
-                "cpu-used": "-6", "deadline": "realtime", "lag-in-frames": "0", "noise-sensitivity": "4",
+                "cpu-used": "-6", "deadline": "realtime", "lag-in-frames": "0", "noise-sensitivity": "0",
                 "overshoot-pct": "15", "undershoot-pct": "100", "partitions": "0", "static-thresh": "1",
             }
         else:
             codec.profile = "Baseline"
-            codec.options = {"level": "31", "tune": "zerolatency"}
+            codec.options = {"level": "31", "tune": "zerolatency", "preset": "veryfast"}
         self._codec = codec
         return codec
 
