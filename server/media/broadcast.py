@@ -183,6 +183,8 @@ class Encoding:
         if error is not None:
             log.error("encoding failed", exc_info=error)
         else:
+            if any(p.is_keyframe for p in packets):  # it answers every request made before it came back
+                self._keyframe_wanted = False
             for track in list(self.tracks):
                 track.offer(packets)
         if self._waiting:

@@ -129,6 +129,19 @@ async def test_keyframe_requests_are_honoured_at_most_every_gap(video):
     assert not (await show(source, 3, track)).is_keyframe
 
 
+async def test_a_keyframe_made_anyway_answers_the_requests_before_it(video):
+    source, fanout, clock = video
+    track = receiver(fanout, VP8)
+    await show(source, 0, track)
+    track.request_keyframe()  # too soon to force one
+    source.queue.put_nowait(Media(picture(1, size=96), TICKS))  # a new size starts a new stream
+    [resized] = await take(track)
+    assert resized.is_keyframe
+    clock.now += KEYFRAME_GAP_S
+    source.queue.put_nowait(Media(picture(2, size=96), 2 * TICKS))
+    assert not (await take(track))[0].is_keyframe
+
+
 async def test_a_receiver_that_falls_behind_resumes_at_a_keyframe(video):
     source, fanout, clock = video
     reader, idle = receiver(fanout, VP8), receiver(fanout, VP8)
