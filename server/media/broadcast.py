@@ -216,8 +216,8 @@ class FanOut:
         return track
 
     def attach(self, track: PacketTrack, codec: RTCRtpCodecParameters) -> None:
-        """``track`` receives ``codec``'s packets from the next keyframe on (asked for now)."""
-        if track not in self._subscribers:
+        """``track`` receives ``codec``'s packets from the next keyframe on (asked for now); once."""
+        if track not in self._subscribers or track.encoding is not None:
             return
         mime = codec.mimeType.lower()
         encoding = self._encodings.get(mime)
@@ -248,7 +248,8 @@ class FanOut:
         return list(self._encodings)
 
     async def run(self) -> None:
-        """Pump until the source ends (the playout closed), then end every subscriber."""
+        """Pump until the source ends (the playout closed), then end every subscriber after the packets
+        of what was released."""
         try:
             while True:
                 try:
