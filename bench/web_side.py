@@ -238,7 +238,8 @@ def frames_of(sessions: list[BenchSession]) -> list[list[Consumed]]:
 
 
 async def measure(args: argparse.Namespace, count: int, profile: Path | None) -> Figures:
-    async with spawned_server(args.config, threads=args.threads, max_sessions=count) as srv:
+    async with spawned_server(args.config, threads=args.threads, max_sessions=count,
+                              extra=("--web-processes", "1")) as srv:  # one web process: the one measured
         assert srv.pid is not None
         body = {"mode": "mirror", "quality": "fast", **image_option(args.image)}
         sessions = [await BenchSession.open(srv.http, body, args.viewers) for _ in range(count)]
