@@ -61,6 +61,7 @@ class CpuSample:
     at: float
     process_s: float
     threads: dict[int, tuple[str, float]]  # tid -> (comm, seconds)
+    loop_sleeps: int  # times the loop thread went to sleep (voluntary context switches): each a wake-up after
 
 
 def _stat_seconds(path: Path) -> float:
@@ -73,7 +74,9 @@ def cpu_sample(pid: int) -> CpuSample:
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             threads[int(task.name)] = ((task / "comm").read_text().strip(), _stat_seconds(task / "stat"))
-    return CpuSample(time.monotonic(), _stat_seconds(Path(f"/proc/{pid}/stat")), threads)
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+    sleeps = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.MULTILINE).group(1))
+    return CpuSample(time.monotonic(), _stat_seconds(Path(f"/proc/{pid}/stat")), threads, sleeps)
 
 
 def python_thread_names(pid: int) -> dict[int, str]:
@@ -197,6 +200,7 @@ class Figures:
     window_s: float
     process_cores: float
     loop_cores: float
+    loop_wakes: float  # per second
     threads: dict[str, float]
     misses: int
     slots: int
@@ -271,19 +275,19 @@ async def measure(args: argparse.Namespace, count: int, profile: Path | None) ->
         misses, slots = misses + missed, slots + played + missed
     threads = cores_by_thread(srv.pid, start, end, names)
     return Figures(count, size, args.viewers, span, (end.process_s - start.process_s) / span, threads.get("loop", 0.0),
-                   threads, misses, slots, [f["video"] for peers in decoded for f in peers],
-                   [f["audio"] for peers in decoded for f in peers])
+                   (end.loop_sleeps - start.loop_sleeps) / span, threads, misses, slots,
+                   [f["video"] for peers in decoded for f in peers], [f["audio"] for peers in decoded for f in peers])
 
 
 def table(rows: list[Figures]) -> str:
     head = (f"{'sessions':>8} {'size':>9} {'viewers':>7} {'process':>8} {'loop':>6} {'process/s':>9} "
-            f"{'loop/s':>7} {'misses':>7}  video fps (min)")
+            f"{'loop/s':>7} {'wakes/s':>7} {'misses':>7}  video fps (min)")
     lines = [head]
     for r in rows:
         fps = min(r.video_frames) / r.window_s if r.video_frames else 0.0
         lines.append(f"{r.sessions:>8} {r.size[0]:>4}x{r.size[1]:<4} {r.viewers:>7} {r.process_cores:>8.3f} "
                      f"{r.loop_cores:>6.3f} {r.process_cores / r.sessions:>9.3f} {r.loop_cores / r.sessions:>7.3f} "
-                     f"{100 * r.miss_ratio:>6.2f}%  {fps:.1f}")
+                     f"{r.loop_wakes:>7.0f} {100 * r.miss_ratio:>6.2f}%  {fps:.1f}")
     for r in rows:
         busiest = ", ".join(f"{name} {cores:.3f}" for name, cores in r.threads.items() if cores >= 0.001)
         lines.append(f"  {r.sessions} session(s), cores by thread: {busiest}")

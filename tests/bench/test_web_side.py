@@ -21,6 +21,7 @@ def test_one_session_measured(tmp_path):
     assert row["size"] == [256, 256]
     assert 0 < row["loop_cores"] <= row["process_cores"] < 2
     assert row["threads"]["loop"] == row["loop_cores"]
+    assert row["loop_wakes"] >= 75  # at least each picture and voice packet released at its deadline
     [video], [audio] = row["video_frames"], row["audio_frames"]
     assert video >= 0.8 * 25 * WINDOW_S  # the peer decoded the session's 25 fps
     assert audio >= 0.8 * 50 * WINDOW_S  # and its 20 ms voice packets
