@@ -127,6 +127,7 @@ class Encoding:
     def __init__(self, encoder: Encoder, depth: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.tracks: set[PacketTrack] = set()
         self.skipped = 0  # releases never encoded: the encoder fell behind by more than ``depth``
+        self.failures = 0  # encodes that raised: their releases go to nobody
         self._encoder = encoder
         self._waiting: deque[Media] = deque()
         self._depth = depth
@@ -181,7 +182,9 @@ class Encoding:
         if self._closed:
             return
         if error is not None:
-            log.error("encoding failed", exc_info=error)
+            self.failures += 1
+            if self.failures == 1:  # the same error would follow at every picture
+                log.error("encoding failed (later failures of this encoder are counted, not logged)", exc_info=error)
         else:
             if any(p.is_keyframe for p in packets):  # it answers every request made before it came back
                 self._keyframe_wanted = False

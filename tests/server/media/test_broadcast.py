@@ -12,6 +12,7 @@ import pytest
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from broadcast_helpers import Clock, Releases, codec, picture
+from server_helpers import wait_until
 
 import server.media.broadcast as broadcast
 from server.media.broadcast import DEPTH, KEYFRAME_GAP_S, FanOut, PacketTrack
@@ -198,3 +199,15 @@ async def test_the_last_receiver_of_a_codec_takes_its_encoding_along(video, enco
     assert ("video/h264", TICKS) not in encodes
     vp8.stop()
     assert fanout.codecs == [] and fanout.subscribers == 0
+
+
+async def test_a_failing_encode_loses_its_release_only(video, caplog):
+    source, fanout, _ = video
+    track = receiver(fanout, VP8)
+    await show(source, 0, track)
+    for i in (1, 2):
+        source.queue.put_nowait(Media(np.zeros((64, 64), np.uint8), i * TICKS))  # not rgb24: the encoder raises
+        assert await wait_until(lambda i=i: track.encoding.failures == i, 5)
+    after = await show(source, 3, track)
+    assert after.pts == 3 * TICKS and track.encoding.failures == 2
+    assert len([r for r in caplog.records if "encoding failed" in r.message]) == 1
