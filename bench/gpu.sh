@@ -4,6 +4,8 @@
 # One GPU: `large` (1.3B-shaped DiT, 480x832) as it is, with the GPU hygiene (latents kept on the
 # device, fused attention only, torch.compile, CUDA graphs), with pinned offload and block prefetch
 # (model-switch times), `tiny`, and concurrent sessions through one worker (batched and not).
+# Then the node as served: N web processes (one per four cores) behind one front, sharing one
+# `tiny` worker on the GPU, with aiortc sessions from this machine (bench/web_side.py).
 # Two or more GPUs, also (before compile and sessions): sequence parallelism, pipeline stages,
 # FSDP2 sharding (`large`, and the 14B-shaped `xl`), SR and the decoder on a second device. Each
 # run gets at most its own cap and what is left of the budget; one that runs out is reported as
@@ -33,6 +35,18 @@ RUNS=()
 run() {  # NAME CAP_S BENCH_ARGS...: `avatar bench BENCH_ARGS --json $OUT/NAME.json` within CAP_S and the budget
     local name=$1 cap=$2
     shift 2
+    timed "$name" "$cap" "$PY" -m engine.cli bench "$@" --json "$OUT/$name.json"
+}
+
+run_web() {  # NAME CAP_S WEB_SIDE_ARGS...: `bench/web_side.py WEB_SIDE_ARGS --json $OUT/NAME.json`
+    local name=$1 cap=$2
+    shift 2
+    timed "$name" "$cap" "$PY" bench/web_side.py "$@" --json "$OUT/$name.json"
+}
+
+timed() {  # NAME CAP_S COMMAND...: the command within CAP_S and what is left of the budget
+    local name=$1 cap=$2
+    shift 2
     RUNS+=("$name")
     local left=$((BUDGET_S - (SECONDS - START)))
     if [ "$left" -lt 20 ]; then
@@ -40,8 +54,8 @@ run() {  # NAME CAP_S BENCH_ARGS...: `avatar bench BENCH_ARGS --json $OUT/NAME.j
         return
     fi
     [ "$cap" -gt "$left" ] && cap=$left
-    echo "== $name (at most ${cap} s): avatar bench $*" >&2
-    timeout --kill-after=10 "$cap" "$PY" -m engine.cli bench "$@" --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+    echo "== $name (at most ${cap} s): $*" >&2
+    timeout --kill-after=10 "$cap" "$@" > "$OUT/$name.log" 2>&1
     local rc=$?
     case $rc in
         0) echo ok ;;
@@ -70,6 +84,9 @@ run tiny 30 --config tiny --device cuda --chunks 200 --checkpoints 10,200
 run tiny-sessions 40 --config tiny --device cuda --sessions 1,4,16,64 --seconds 6
 run tiny-sessions-nobatch 25 --config tiny --device cuda --sessions 1,4,16 --seconds 4 --no-batch
 run large-sessions 30 "${LARGE[@]}" --sessions 1,4 --seconds 3
+WEB=$(( $(nproc) / 4 )); [ "$WEB" -lt 1 ] && WEB=1
+run_web tiny-node 60 --config tiny --device cuda --threads 1 --web-processes "$WEB" --sessions 8,16 --warmup 5 \
+    --window 8
 
 OUT="$OUT" "$PY" - "${RUNS[@]}" <<'PY'
 import json, os, sys
@@ -81,7 +98,14 @@ for name in sys.argv[1:]:
     status = (out / f"{name}.status").read_text().strip() if (out / f"{name}.status").exists() else "not run"
     path = out / f"{name}.json"
     r = json.loads(path.read_text()) if path.exists() and status == "ok" else None
-    if isinstance(r, list):  # --sessions: one result per session count
+    if isinstance(r, list) and r and "loop_cores" in r[0]:  # bench/web_side.py: sessions through the node
+        held = [x["sessions"] for x in r if x["miss_ratio"] <= 0.005]
+        last = r[-1]
+        fps = f"{25 * last['sessions']} @ {last['sessions']}"
+        status = (f"ok: {max(held, default=0)} sessions at <= 0.5% misses; web {last['process_cores'] / last['sessions']:.3f}"
+                  f" core/session, loop {last['loop_cores'] / last['sessions']:.3f}")
+        rows.append((name, "1", fps, "-", "-", "-", "-", status))
+    elif isinstance(r, list):  # --sessions: one result per session count
         best = max((x for x in r if x["min_session_rtf"] >= 1.0), key=lambda x: x["sessions"], default=None)
         fps = f"{r[-1]['aggregate_fps']:.0f} @ {r[-1]['sessions']}"
         status = f"ok: {best['sessions'] if best else 0} sessions at real time"

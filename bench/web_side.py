@@ -11,6 +11,11 @@ socket's ``metrics`` events).
 
     python bench/web_side.py [--sessions 1,3,6] [--image astronaut] [--viewers K] [--window 20]
                              [--profile FILE.svg|.json|.txt [--profile-gil]] [--json FILE]
+                             [--web-processes N] [--config tiny --device cuda]
+
+``--web-processes N`` serves through the node's front over N web processes sharing its engine
+workers (``docs/node.md``): the figures are then the web processes' together (their pids from
+``GET /v1/engine``), the loop the sum of their loop threads.
 
 ``--image`` animates a photograph (``astronaut``: scikit-image's portrait; 512² with the ``tiny``
 engine, which puppet cannot draw) instead of the bundled 256² avatar. ``--profile`` runs
@@ -95,15 +100,25 @@ def thread_group(name: str) -> str:
     return re.sub(r"([-_]\d+)+$", "", name)
 
 
-def cores_by_thread(pid: int, start: CpuSample, end: CpuSample, names: dict[int, str]) -> dict[str, float]:
-    """Cores each thread group used between the samples (the loop thread as ``loop``), busiest first."""
-    span = end.at - start.at
+def cores_by_thread(pids: list[int], start: list[CpuSample], end: list[CpuSample],
+                    names: dict[int, str]) -> dict[str, float]:
+    """Cores each thread group of the processes used between the samples (their loop threads as
+    ``loop``), busiest first."""
     groups: dict[str, float] = {}
-    for tid, (comm, seconds) in end.threads.items():
-        name = "loop" if tid == pid else thread_group(names.get(tid, comm))
-        used = seconds - start.threads.get(tid, (comm, 0.0))[1]
-        groups[name] = groups.get(name, 0.0) + used / span
+    for pid, first, last in zip(pids, start, end, strict=True):
+        span = last.at - first.at
+        for tid, (comm, seconds) in last.threads.items():
+            name = "loop" if tid == pid else thread_group(names.get(tid, comm))
+            used = seconds - first.threads.get(tid, (comm, 0.0))[1]
+            groups[name] = groups.get(name, 0.0) + used / span
     return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
+
+
+async def web_pids(srv, processes: int) -> list[int]:
+    """The processes that hold the sessions: the server itself, or the node's web processes."""
+    if processes == 1:
+        return [srv.pid]
+    return [w["pid"] for w in (await srv.http.get("/v1/engine")).json()["web_processes"]]
 
 
 # ---- the clients -----------------------------------------------------------------------------
@@ -242,20 +257,21 @@ def frames_of(sessions: list[BenchSession]) -> list[list[Consumed]]:
 
 
 async def measure(args: argparse.Namespace, count: int, profile: Path | None) -> Figures:
-    async with spawned_server(args.config, threads=args.threads, max_sessions=count,
-                              extra=("--web-processes", "1")) as srv:  # one web process: the one measured
+    extra = ("--web-processes", str(args.web_processes), "--device", args.device)
+    async with spawned_server(args.config, threads=args.threads, max_sessions=count, extra=extra) as srv:
         assert srv.pid is not None
+        pids = await web_pids(srv, args.web_processes)
         body = {"mode": "mirror", "quality": "fast", **image_option(args.image)}
         sessions = [await BenchSession.open(srv.http, body, args.viewers) for _ in range(count)]
         try:
             await asyncio.sleep(args.warmup)
             before_frames = [[dict(c.frames) for c in peers] for peers in frames_of(sessions)]
             before_metrics = [s.metrics for s in sessions]
-            spy = profiler(srv.pid, profile, args.window, args.profile_gil) if profile else None
-            start = cpu_sample(srv.pid)
+            spy = profiler(pids[0], profile, args.window, args.profile_gil) if profile else None
+            start = [cpu_sample(pid) for pid in pids]
             await asyncio.sleep(args.window)
-            end = cpu_sample(srv.pid)
-            names = python_thread_names(srv.pid)
+            end = [cpu_sample(pid) for pid in pids]
+            names = {tid: name for pid in pids for tid, name in python_thread_names(pid).items()}
             if spy is not None:
                 spy.wait(60)
             after_metrics = [s.metrics for s in sessions]
@@ -265,7 +281,7 @@ async def measure(args: argparse.Namespace, count: int, profile: Path | None) ->
         finally:
             for s in sessions:
                 await s.close()
-    span = end.at - start.at
+    span = end[0].at - start[0].at
     misses = slots = 0
     for b, a in zip(before_metrics, after_metrics, strict=True):
         if a is None:
@@ -273,9 +289,11 @@ async def measure(args: argparse.Namespace, count: int, profile: Path | None) ->
         played = a.frames_played - (b.frames_played if b else 0)
         missed = a.deadline_misses - (b.deadline_misses if b else 0)
         misses, slots = misses + missed, slots + played + missed
-    threads = cores_by_thread(srv.pid, start, end, names)
-    return Figures(count, size, args.viewers, span, (end.process_s - start.process_s) / span, threads.get("loop", 0.0),
-                   (end.loop_sleeps - start.loop_sleeps) / span, threads, misses, slots,
+    threads = cores_by_thread(pids, start, end, names)
+    process_s = sum(e.process_s - s.process_s for s, e in zip(start, end, strict=True))
+    wakes = sum(e.loop_sleeps - s.loop_sleeps for s, e in zip(start, end, strict=True))
+    return Figures(count, size, args.viewers, span, process_s / span, threads.get("loop", 0.0), wakes / span,
+                   threads, misses, slots,
                    [f["video"] for peers in decoded for f in peers], [f["audio"] for peers in decoded for f in peers])
 
 
@@ -308,6 +326,8 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--viewers", type=int, default=0, help="WHEP viewers per session")
     p.add_argument("--config", default=None, help="engine config (default puppet; tiny with --image)")
     p.add_argument("--threads", type=int, default=1, help="engine torch threads")
+    p.add_argument("--device", default="cpu", help="the engine's device (cpu | cuda)")
+    p.add_argument("--web-processes", type=int, default=1, help="web processes behind the node's front")
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--window", type=float, default=20.0)
     p.add_argument("--profile", default=None, metavar="FILE", help="py-spy record the server over the window")
@@ -321,7 +341,8 @@ async def main(argv: list[str] | None = None) -> int:
     for n in counts:
         rows.append(await measure(args, n, profile_path(args.profile, n, len(counts) > 1)))
         print(table(rows[-1:]), flush=True)
-    what = f"{args.config}" + (f", photo {args.image}" if args.image else "") + f", {args.window:.0f} s window"
+    what = f"{args.config} on {args.device}" + (f", photo {args.image}" if args.image else "") \
+        + f", {args.web_processes} web process(es), {args.window:.0f} s window"
     print(f"\n{what}\n{table(rows)}")
     if args.json:
         Path(args.json).write_text(json.dumps([{**asdict(r), "miss_ratio": r.miss_ratio} for r in rows], indent=2))
