@@ -182,7 +182,8 @@ class BenchSession:
             if res.status_code != 503 or time.monotonic() > deadline:
                 break
             await asyncio.sleep(float(res.headers.get("retry-after", 1)) + 0.5)
-        res.raise_for_status()
+        if res.status_code != 201:
+            raise RuntimeError(f"session {body.get('mode')} refused: {res.status_code} {res.text}")
         info = SessionCreated.model_validate(res.json())
         client = AvatarSession(str(http.base_url), info, httpx.AsyncClient(base_url=http.base_url, timeout=20))
         await client.connect()
