@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -52,11 +52,13 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
                  around: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
                  backends: str = "nodes", none_serving: str = "no avatar node serves",
                  render_metrics: Callable[[], Awaitable[bytes]] | None = None,
-                 capacity: Callable[[list[Backend]], int] | None = None) -> FastAPI:
+                 capacity: Callable[[list[Backend]], int] | None = None,
+                 rank: Callable[[Iterable[Backend]], list[Backend]] = ranked) -> FastAPI:
     """The front over ``membership``'s apps. ``around(app)`` brings up what the apps need before the
     front follows them (and ends it after); ``backends`` names them in ``/healthz``, ``none_serving``
     is the 503 message while none serves; ``render_metrics`` writes ``/metrics`` (default: the
-    front's own ``metrics``); ``capacity`` counts the serving apps' room (default: the sum)."""
+    front's own ``metrics``); ``capacity`` counts the serving apps' room (default: the sum); ``rank``
+    orders the apps a new session is offered to (default: most room first)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,7 +96,7 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
         return node
 
     def any_node() -> Backend:
-        nodes = ranked(membership.nodes.values())
+        nodes = rank(membership.nodes.values())
         if not nodes:
             metrics.sessions_rejected.labels("no_nodes").inc()
             raise ApiError(503, "no_nodes", none_serving)
@@ -148,7 +150,7 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
     async def place(request: Request, made) -> Response:
         body = await request.body()
         refusal: httpx.Response | ApiError | None = None
-        for node in ranked(membership.nodes.values()):
+        for node in rank(membership.nodes.values()):
             try:
                 answer = await forward(request.app.state.http, node, request, body=body)
             except ApiError as exc:

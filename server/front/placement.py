@@ -1,5 +1,6 @@
-"""Where a new session goes: the serving node with the most free capacity first; where a personal
-avatar is enrolled: the node its name hashes to."""
+"""Where a new session goes: the serving node with the most free capacity first (a node's web
+processes: the one with the fewest sessions); where a personal avatar is enrolled: the node its
+name hashes to."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ def ranked(nodes: Iterable[Backend]) -> list[Backend]:
     """Serving nodes, most free capacity first (then fewer sessions, then node id, so ties spread
     sessions and the order is stable). Full nodes stay last: their figure may be a poll old."""
     return sorted((n for n in nodes if n.alive), key=lambda n: (-n.capacity, len(n.sessions), n.node))
+
+
+def spread(nodes: Iterable[Backend]) -> list[Backend]:
+    """Serving apps with room, fewest sessions first (then most room, then name), full ones last:
+    for a node's web processes, alike and sharing one engine, an even spread of the loop's work."""
+    return sorted((n for n in nodes if n.alive), key=lambda n: (n.capacity <= 0, len(n.sessions), -n.capacity, n.node))
 
 
 def enrolling_node(nodes: Iterable[Backend], name: str) -> Backend | None:

@@ -20,6 +20,7 @@ from server.api.report import NodeReport
 from server.config import Settings
 from server.front.app import create_front
 from server.front.metrics import GatewayMetrics
+from server.front.placement import spread
 from server.node.members import WebProcesses
 from server.node.metrics import merged_metrics
 from server.node.supervisor import NodeSupervisor
@@ -60,7 +61,7 @@ def create_node_front(settings: Settings, log_level: str = "warning") -> FastAPI
     app = create_front(settings, members, metrics, title="avatar-engine node", around=node_running,
                        description="One machine's web processes behind one front, sharing its engine workers.",
                        backends="web_processes", none_serving="no web process of this node serves yet",
-                       render_metrics=node_metrics, capacity=node_capacity)
+                       render_metrics=node_metrics, capacity=node_capacity, rank=spread)
     app.state.supervisor = supervisor
 
     def report(node: str, address: str) -> NodeReport:

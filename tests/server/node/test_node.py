@@ -55,6 +55,7 @@ def frames_within(video: Received, seconds: float) -> int:
 async def test_two_web_processes_share_the_engine_and_one_dying_costs_only_its_sessions(monkeypatch):
     loopback_only(monkeypatch)
     async with spawned_server("micro", threads=1, max_sessions=8, extra=NODE, env=QUICK) as srv:
+        assert await _eventually(srv, lambda h: h["web_processes_alive"] == 2, 60)  # both have reported
         engine = (await srv.http.get("/v1/engine")).json()
         assert len(engine["workers"]) == 1 and [w["node"] for w in engine["web_processes"]] == ["web-0", "web-1"]
         a, b = await created(srv), await created(srv)

@@ -49,3 +49,14 @@ async def test_a_lost_web_process_takes_its_sessions_out_of_routing():
     assert b.lost.is_set() and not b.alive and b.error == "its process exited with -9"
     assert members.holder("s_b") is None and members.holder("s_a") is a
     assert [m.node for m in members.listing()] == ["web-0", "web-1"]  # still listed, with its error
+
+
+def test_a_new_session_goes_to_the_web_process_with_fewest_sessions_that_has_room():
+    from server.front.backends import Backend
+    from server.front.placement import spread
+
+    busy = Backend("web-0", alive=True, capacity=9, sessions={"s1", "s2"})
+    quiet = Backend("web-1", alive=True, capacity=3, sessions={"s3"})
+    full = Backend("web-2", alive=True, capacity=0, sessions=set())
+    gone = Backend("web-3", alive=False, capacity=9)
+    assert [b.node for b in spread([busy, quiet, full, gone])] == ["web-1", "web-0", "web-2"]

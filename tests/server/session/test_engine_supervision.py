@@ -46,7 +46,8 @@ async def test_a_worker_that_cannot_start_is_retried_with_back_off_and_health_re
     settings = make_settings(max_sessions=1, config="puppet")
     async with serving(create_app(settings, engine), settings) as srv:
         assert (await srv.http.get("/healthz")).status_code == 503
-        assert await wait_until(lambda: len(load.attempts) >= 4, 10)
+        # The 4th start has failed (not merely begun: its failure reaches the pool a moment later).
+        assert await wait_until(lambda: len(load.attempts) >= 4 and engine.workers()[0].state in ("failed", "lost"), 10)
         worker = (await srv.http.get("/v1/engine")).json()["workers"][0]
         assert worker["state"] in ("failed", "lost") and not worker["alive"]
         if fault is RuntimeError:
