@@ -26,9 +26,12 @@ async def until(check, timeout_s: float = 20.0) -> None:
 
 
 @pytest.fixture
-async def node(tmp_path):
-    """The node's own pool (it starts the worker) and a factory of guest pools (web processes)."""
-    options = dataclasses.replace(MICRO, socket_dir=str(tmp_path / "run"), key=b"node-key")
+async def node(tmp_path, request):
+    """The node's own pool (it starts the worker) and a factory of guest pools (web processes);
+    ``@pytest.mark.worker(**changes)`` changes the worker's options."""
+    marker = request.node.get_closest_marker("worker")
+    options = dataclasses.replace(MICRO, socket_dir=str(tmp_path / "run"), key=b"node-key",
+                                  **(marker.kwargs if marker else {}))
     owner = WorkerPool(options)
     await owner.start()
     guests: list[WorkerPool] = []
@@ -92,15 +95,17 @@ async def test_a_process_without_the_node_key_is_refused(node):
     assert refused.value.code == "engine_unavailable"
 
 
+# No margin left for any session: the worker takes exactly one at a time (an idle worker always takes one).
+@pytest.mark.worker(capacity_margin=1.0)
 async def test_a_full_worker_refuses_the_web_process_that_asks_last(node):
     owner, guest = node
     a, b = await guest(), await guest()
-    room = owner.workers()[0].capacity
-    opened = [await a.open(SessionSpec(seed=i)) for i in range(room)]
-    await until(lambda: b.workers()[0].stats.sessions == room)
+    assert owner.workers()[0].capacity == 1
+    first = await a.open(SessionSpec())
+    b.links[0].stats = dataclasses.replace(b.links[0].stats, capacity=1)  # as if b's last report predated a's open
     with pytest.raises(EngineError) as full:
         await b.open(SessionSpec())
-    assert full.value.code == "at_capacity"
-    await opened[0].close()
-    await until(lambda: b.workers()[0].capacity > 0)
+    assert full.value.code == "at_capacity" and "real-time capacity" in full.value.message  # the worker's refusal
+    await first.close()
+    await until(lambda: b.workers()[0].capacity == 1)
     assert (await b.open(SessionSpec())).id
