@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import io
 import json
 import os
 import re
@@ -47,6 +45,7 @@ import aioice.ice  # noqa: E402
 import httpx  # noqa: E402
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription  # noqa: E402
 from aiortc.mediastreams import MediaStreamError  # noqa: E402
+from image_helpers import image_option  # noqa: E402
 from server_helpers import SpeechTrack, spawned_server, speech_pcm16  # noqa: E402
 
 from server.base.protocol import MetricsEvent, SessionCreated  # noqa: E402
@@ -226,21 +225,6 @@ class Figures:
     @property
     def miss_ratio(self) -> float:
         return self.misses / max(1, self.slots)
-
-
-def image_option(name: str | None) -> dict:
-    if not name:
-        return {}
-    if name == "astronaut":
-        from PIL import Image
-        from skimage import data
-
-        out = io.BytesIO()
-        Image.fromarray(data.astronaut()).save(out, "PNG")
-        raw = out.getvalue()
-    else:
-        raw = Path(name).read_bytes()
-    return {"image": base64.b64encode(raw).decode()}
 
 
 def profiler(pid: int, path: Path, seconds: float, gil: bool) -> subprocess.Popen:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -63,3 +65,17 @@ def two_frames(later_side: int, fmt: str) -> bytes:
         at = data.rfind(b"\xff\xc0") + 5
         data[at : at + 4] = struct.pack(">HH", later_side, later_side)
     return bytes(data)
+
+
+def image_option(name: str | None) -> dict:
+    """A session's ``image`` option for the photo ``name`` (a path, or ``astronaut``: scikit-image's
+    portrait); none for no name."""
+    if not name:
+        return {}
+    if name == "astronaut":
+        from skimage import data
+
+        raw = encode(Image.fromarray(data.astronaut()), "PNG")
+    else:
+        raw = Path(name).read_bytes()
+    return {"image": base64.b64encode(raw).decode()}

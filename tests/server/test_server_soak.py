@@ -23,20 +23,17 @@ control socket's ``metrics`` events.
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import json
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import websockets
 from agent_helpers import append_message
-from PIL import Image
+from image_helpers import image_option
 from server_helpers import (
     Received,
     SpeechTrack,
@@ -80,18 +77,7 @@ def server_under_test(config: str, monkeypatch, sessions: int):
 
 def soak_image() -> dict:
     """The ``image`` option of the soak's sessions (none: the default avatar)."""
-    name = os.environ.get("AVATAR_SOAK_IMAGE")
-    if not name:
-        return {}
-    if name == "astronaut":
-        from skimage import data
-
-        out = io.BytesIO()
-        Image.fromarray(data.astronaut()).save(out, "PNG")
-        raw = out.getvalue()
-    else:
-        raw = Path(name).read_bytes()
-    return {"image": base64.b64encode(raw).decode()}
+    return image_option(os.environ.get("AVATAR_SOAK_IMAGE"))
 
 
 async def process_figures(srv) -> dict[str, float]:
