@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import copy
 import functools
+import inspect
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +34,7 @@ from server.api.uvicorn_config import server_config
 from server.base.engine_link import Engine
 from server.client import offer_media
 from server.config import Settings
+from server.node.supervisor import free_port
 from server.voice.tts import _read_wav
 
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
@@ -161,14 +163,6 @@ async def admitted_session(srv: Running, body: dict | None = None, patience_s: f
         await asyncio.sleep(0.1)
     assert res.status_code == 201, res.text
     return res.json()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.asynccontextmanager
@@ -315,9 +309,15 @@ def session_tasks() -> list[str]:
 
 
 async def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Whether ``predicate()`` (a value, or an awaitable of one: an HTTP poll) holds within ``timeout_s``."""
+
+    async def holds() -> bool:
+        result = predicate()
+        return bool(await result if inspect.isawaitable(result) else result)
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():
+        if await holds():
             return True
         await asyncio.sleep(interval_s)
-    return predicate()
+    return await holds()

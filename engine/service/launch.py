@@ -60,6 +60,7 @@ class ConnectionHandle:
 
     conn: Connection
     sentinel: int | None = None
+    _connected = False
 
     def connect(self, on_message: Callable[[object], None], on_lost: Callable[[str], None], name: str) -> Send:
         self._loop = loop = asyncio.get_running_loop()
@@ -83,7 +84,7 @@ class ConnectionHandle:
             self._on_lost("the engine worker closed its connection")
 
     def disconnect(self) -> None:
-        if not getattr(self, "_connected", False):
+        if not self._connected:
             return
         self._connected = False
         self._outbox.close()
@@ -139,7 +140,7 @@ class NodeHandle(ConnectionHandle):
         return super().connect(on_message, on_lost, name)
 
     def alive(self) -> bool:
-        return self._error is None and getattr(self, "_connected", False)
+        return self._error is None and self._connected
 
     def kill(self) -> None:
         """This process leaves the worker: its sessions there end (the worker closes them)."""

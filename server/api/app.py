@@ -206,7 +206,7 @@ def create_app(
         secret = request.app.state.gateway_secret
         if secret is None or not hmac.compare_digest(request.headers.get(GATEWAY_HEADER, ""), secret):
             raise ApiError(404, "http_error", "Not Found")
-        return dataclasses.asdict(request.app.state.report(getattr(request.app.state, "node_name", ""), ""))
+        return dataclasses.asdict(request.app.state.report(request.app.state.node_name, ""))
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus(request: Request) -> Response:
@@ -335,6 +335,7 @@ def create_app(
     allow_origins(app, settings.cors_origins)
     ice_network.configure(ice_network.IceNetwork.of(settings.ice_ports, settings.public_address))
     app.state.gateway_secret = None  # set by a cluster node: X-Forwarded-For is trusted with it only
+    app.state.node_name = ""  # a node's web process: its name behind the node's front
     app.state.report = lambda node, address: node_report(app, node, address)  # what a front learns of it
     app.add_middleware(GatewayForwarded, secret=lambda: app.state.gateway_secret)
     app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too

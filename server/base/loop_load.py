@@ -14,6 +14,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 
 # What one more session is assumed to cost the loop at least, before it is measured: a 256²
 # session measured about 0.02-0.05 of the loop thread here (``bench/web_side.py``).
@@ -22,16 +23,19 @@ UNBOUNDED = 1 << 30
 
 
 class LoopLoad:
-    def __init__(self, budget: float, window_s: float = 5.0, interval_s: float = 0.25) -> None:
+    def __init__(self, budget: float, window_s: float = 5.0, interval_s: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.thread_time) -> None:
         self.budget = budget  # share of the loop thread a web process fills before refusing sessions
         self.window_s = window_s
         self.interval_s = interval_s
-        self._samples: deque[tuple[float, float]] = deque()  # (monotonic, loop thread CPU seconds)
+        self._clock = clock
+        self._cpu = cpu  # CPU seconds of the calling thread
+        self._samples: deque[tuple[float, float]] = deque()  # (clock, loop thread CPU seconds)
 
     def sample(self) -> None:
         """Record the loop thread's CPU time now; call on the loop thread."""
-        now = time.monotonic()
-        self._samples.append((now, time.thread_time()))
+        now = self._clock()
+        self._samples.append((now, self._cpu()))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
 

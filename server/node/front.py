@@ -43,10 +43,10 @@ def create_node_front(settings: Settings, log_level: str = "warning") -> FastAPI
 
     async def web_metrics() -> dict[str, str]:
         async with httpx.AsyncClient(timeout=METRICS_TIMEOUT_S) as http:
-            serving = members.listing()
-            answers = await asyncio.gather(*(http.get(b.address + "/metrics") for b in serving if b.alive),
+            serving = [b for b in members.listing() if b.alive]
+            answers = await asyncio.gather(*(http.get(b.address + "/metrics") for b in serving),
                                            return_exceptions=True)
-        return {b.node: a.text for b, a in zip([b for b in serving if b.alive], answers, strict=True)
+        return {b.node: a.text for b, a in zip(serving, answers, strict=True)
                 if isinstance(a, httpx.Response) and a.status_code == 200}
 
     async def node_metrics() -> bytes:

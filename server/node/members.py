@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import secrets
 import time
@@ -91,7 +90,9 @@ class WebProcesses:
             try:
                 answer = await self._http.get(backend.address + REPORT_PATH)
                 answer.raise_for_status()
-                report = NodeReport(**{**answer.json(), "node": backend.node, "address": backend.address})
+                said = answer.json()
+                report = NodeReport(**{**said, "sessions": tuple(said["sessions"]), "node": backend.node,
+                                       "address": backend.address})
             except (httpx.HTTPError, ValueError, TypeError) as exc:
                 silent += 1 if backend.reports or time.monotonic() - started > START_TIMEOUT_S else 0
                 if silent >= SILENT_REPORTS:
@@ -100,7 +101,7 @@ class WebProcesses:
                 await asyncio.sleep(self.report_s)
                 continue
             silent = 0
-            backend.update(dataclasses.replace(report, sessions=tuple(report.sessions)), asked)
+            backend.update(report, asked)
             backend.poke.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(backend.poke.wait(), self.report_s)

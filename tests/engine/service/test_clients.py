@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 
 import pytest
+from server_helpers import wait_until
 from test_pool import feed, frames
 
 from engine.service.client import EngineError
@@ -19,10 +20,7 @@ MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(1, 2)
 
 
 async def until(check, timeout_s: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    assert await wait_until(check, timeout_s), "timed out"
 
 
 @pytest.fixture
@@ -102,10 +100,12 @@ async def test_a_full_worker_refuses_the_web_process_that_asks_last(node):
     a, b = await guest(), await guest()
     assert owner.workers()[0].capacity == 1
     first = await a.open(SessionSpec())
+    await until(lambda: owner.workers()[0].stats.sessions == 1)
     b.links[0].stats = dataclasses.replace(b.links[0].stats, capacity=1)  # as if b's last report predated a's open
     with pytest.raises(EngineError) as full:
         await b.open(SessionSpec())
     assert full.value.code == "at_capacity" and "real-time capacity" in full.value.message  # the worker's refusal
     await first.close()
-    await until(lambda: b.workers()[0].capacity == 1)
+    # The worker has closed a's session (its report says so), and b's view has room.
+    await until(lambda: owner.workers()[0].stats.sessions == 0 and b.workers()[0].capacity == 1)
     assert (await b.open(SessionSpec())).id

@@ -2,47 +2,64 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
+from dataclasses import dataclass
 
 from server.base.loop_load import MIN_SESSION_SHARE, LoopLoad
 
 
-def spin(seconds: float) -> None:
-    """Use ``seconds`` of this thread's CPU (more wall time on a loaded machine)."""
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
+@dataclass
+class Clocks:
+    """Wall and thread CPU seconds, moved by hand."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def run(self, wall: float, busy: float) -> None:
+        self.wall += wall
+        self.cpu += wall * busy
 
 
-async def test_a_loop_that_spins_half_the_time_reads_about_half_busy() -> None:
-    load = LoopLoad(budget=0.7, window_s=2.0)
+def sampled(budget: float, busy: float, seconds: float = 4.0, window_s: float = 2.0) -> LoopLoad:
+    clocks = Clocks()
+    load = LoopLoad(budget, window_s=window_s, clock=lambda: clocks.wall, cpu=lambda: clocks.cpu)
     load.sample()
-    for _ in range(10):
-        spin(0.05)
-        await asyncio.sleep(0.05)
+    for _ in range(int(seconds / 0.25)):
+        clocks.run(0.25, busy)
         load.sample()
-    assert 0.2 < load.busy < 0.55, load.busy  # 0.5 s of CPU in at least 1 s
-    assert load.room(4) == int((0.7 - load.busy) / (load.busy / 4))  # at the measured cost per session
+    return load
 
 
-async def test_an_idle_loop_takes_sessions_and_an_empty_one_always_takes_one() -> None:
-    load = LoopLoad(budget=0.7, window_s=2.0)
+def test_the_busy_share_is_the_last_windows_cpu_over_its_wall_time():
+    clocks = Clocks()
+    load = LoopLoad(0.7, window_s=2.0, clock=lambda: clocks.wall, cpu=lambda: clocks.cpu)
+    assert load.busy == 0.0  # nothing measured yet
     load.sample()
-    await asyncio.sleep(0.3)
-    load.sample()
-    assert load.busy < 0.05
-    assert load.room(0) >= 1 and load.room(2) >= int(0.6 / max(load.busy / 2, MIN_SESSION_SHARE))
-    saturated = LoopLoad(budget=0.01, window_s=2.0)
-    saturated.sample()
-    spin(0.2)
-    saturated.sample()
-    assert saturated.room(1) == 0 and saturated.room(0) == 1
+    for busy in [0.9] * 8 + [0.3] * 12:  # 2 s at 0.9, then 3 s at 0.3: the window holds only the latter
+        clocks.run(0.25, busy)
+        load.sample()
+    assert abs(load.busy - 0.3) < 1e-9
 
 
-def test_a_budget_of_the_whole_loop_never_refuses() -> None:
-    load = LoopLoad(budget=1.0)
+def test_the_room_left_is_the_budget_over_the_measured_cost_per_session():
+    load = sampled(0.75, busy=0.5)  # binary fractions: the arithmetic is exact
+    assert load.room(4) == 2  # 0.125 each: (0.75 - 0.5) / 0.125
+    assert load.room(8) == 4  # 0.0625 each
+    assert sampled(0.75, busy=0.875).room(4) == 0  # over budget
+    idle = sampled(0.7, busy=0.002)
+    assert idle.room(2) == int((0.7 - 0.002) / MIN_SESSION_SHARE)  # no less than MIN_SESSION_SHARE a session
+
+
+def test_an_empty_process_always_takes_one_and_a_whole_loop_budget_never_refuses():
+    assert sampled(0.01, busy=0.5).room(0) == 1 and sampled(0.01, busy=0.5).room(1) == 0
+    assert sampled(1.0, busy=0.99).room(100) > 1000
+
+
+def test_the_real_clocks_see_this_thread_spin():
+    load = LoopLoad(0.7)
     load.sample()
-    spin(0.1)
+    end = time.thread_time() + 0.1
+    while time.thread_time() < end:  # 0.1 s of this thread's CPU (more wall time on a loaded machine)
+        pass
     load.sample()
-    assert load.busy > 0.5 and load.room(100) > 1000
+    assert 0.2 < load.busy <= 1.01, load.busy
