@@ -158,16 +158,20 @@ async def test_a_peer_gets_the_pictures_in_the_codec_it_negotiated(monkeypatch, 
     assert [c.mimeType.lower() for _, c in sent_codecs(server)] == ["audio/opus", mime]
     assert broadcast.video.codecs == [mime] and broadcast.audio.codecs == ["audio/opus"]
     frames: list[av.VideoFrame] = []
-    client.on("track", lambda track: track.kind == "video" and asyncio.ensure_future(collect(track, frames)))
+    decoded = asyncio.Event()
+    client.on("track", lambda track: track.kind == "video" and asyncio.ensure_future(collect(track, frames, decoded)))
     await client.setRemoteDescription(RTCSessionDescription(sdp=description.sdp, type="answer"))
     pump = asyncio.create_task(broadcast.run())
-    for i in range(50):
-        video.queue.put_nowait(Media(picture(i), i * 3600))
-        await asyncio.sleep(0.04)
-        if len(frames) >= 10:
-            break
+    sent = {}
+    deadline = time.monotonic() + 20
+    while len(frames) < 10 and time.monotonic() < deadline:  # a picture per decoded one, or per 40 ms at most
+        i = len(sent)
+        sent[i * 3600] = picture(i)
+        video.queue.put_nowait(Media(sent[i * 3600], i * 3600))
+        decoded.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(decoded.wait(), 0.04)
     assert len(frames) >= 10, "the client decoded too few pictures"
-    sent = {i * 3600: picture(i) for i in range(50)}
     shown = frames[5]
     error = np.abs(shown.to_ndarray(format="rgb24").astype(int) - sent[shown.pts].astype(int)).mean()
     assert error < 12, error  # the picture of its own timestamp
@@ -178,10 +182,12 @@ async def test_a_peer_gets_the_pictures_in_the_codec_it_negotiated(monkeypatch, 
     await asyncio.wait_for(pump, 5)
 
 
-async def collect(track: MediaStreamTrack, into: list) -> None:
+async def collect(track: MediaStreamTrack, into: list, decoded: asyncio.Event | None = None) -> None:
     with contextlib.suppress(MediaStreamError):
         while True:
             into.append(await track.recv())
+            if decoded is not None:
+                decoded.set()
 
 
 async def test_a_receivers_keyframe_request_reaches_the_encoder() -> None:
