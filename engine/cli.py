@@ -26,10 +26,15 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-interp", action="store_true", help="switch the I-chunk seam pass off")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
+    add_dtype_option(p)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_dtype_option(p: argparse.ArgumentParser) -> None:
+    """``--dtype``, shared by every command that builds a learned pipeline."""
     p.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16"),
                    help="compute dtype of the DiT, SR and decoder (default: the config's, auto: bf16 on CUDA "
                         "and on CPUs where it is faster)")
-    p.add_argument("--seed", type=int, default=0)
 
 
 def _refuse_xl_off_cuda(args: argparse.Namespace) -> None:

@@ -12,6 +12,7 @@ from engine.presets import DEFAULT_PRESET, Preset
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``avatar eval`` on the CLI's subparsers (like ``server.cli.add_serve_parser``)."""
+    from engine.cli import add_dtype_option
     from engine.config import CONFIGS
 
     p = subparsers.add_parser("eval", help="score lip sync, identity drift, seams and PSNR/SSIM on held-out data")
@@ -34,6 +35,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--weights", default=None, help="folder of module checkpoints (default: bundled)")
+    add_dtype_option(p)
     p.add_argument("--seed", type=int, default=0, help="picks the held-out identities and sentences")
     p.add_argument("--frames", default=None, metavar="PNG",
                    help="write ground-truth over generated frames of the first clip as a PNG")
@@ -48,7 +50,7 @@ def _pipeline(args: argparse.Namespace):
     from engine.pipeline import Pipeline
 
     return Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
-                                weights=args.weights, threads=args.threads,
+                                weights=args.weights, threads=args.threads, dtype=args.dtype,
                                 deblock=() if args.no_deblock else None)
 
 
@@ -69,6 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                + (f"--long-preset {args.long_preset} " if args.minutes > 0 else "")
                + f"--seed {args.seed} --threads {args.threads} --device {args.device}"
                + (f" --steps {args.steps}" if args.steps else "")
+               + (f" --dtype {args.dtype}" if args.dtype else "")
                + (f" --guidance {args.guidance:g}" if args.guidance is not None else "")
                + (" --no-deblock" if args.no_deblock else ""))
     return _report(args, pipe, result, format_table(result), update_card, command)
@@ -109,7 +112,8 @@ def cmd_eval_photo(args: argparse.Namespace) -> int:
     source = f"--avatar {args.avatar}" if args.avatar else f"--image {subject}"
     command = (f"avatar eval {source} --config {args.config} --clips {args.clips} "
                f"--minutes {args.minutes:g} --seed {args.seed} --threads {args.threads} --device {args.device}"
-               + (f" --steps {args.steps}" if args.steps else ""))
+               + (f" --steps {args.steps}" if args.steps else "")
+               + (f" --dtype {args.dtype}" if args.dtype else ""))
     return _report(args, pipe, result, format_photo_table(result), update_photo_card, command)
 
 

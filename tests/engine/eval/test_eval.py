@@ -263,6 +263,7 @@ def test_cli_flags_and_bad_values() -> None:
     add_eval_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["eval", "--config", "tiny", "--minutes", "60", "--json", "out.json", "--clips", "3"])
     assert (args.config, args.minutes, args.json, args.clips) == ("tiny", 60.0, "out.json", 3)
+    assert args.dtype is None and parser.parse_args(["eval", "--dtype", "float32"]).dtype == "float32"
     assert args.func(parser.parse_args(["eval", "--clips", "0"])) == 2
 
 
