@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.base.engine_link import EngineLink
 from server.base.protocol import ErrorEvent, ServerEvent
 from server.session.feeder import Feeder
+from server.session.ports import EngineInput
 from server.voice.playback import PlaybackTracker
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class FeedLoop:
         self,
         session_id: str,
         feeder: Feeder,
-        link: EngineLink,
+        link: EngineInput,
         generated_samples: Callable[[], int],
         tracker: PlaybackTracker,
         emit: Callable[[ServerEvent], None],

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.base.engine_link import EngineLink
 from server.base.metrics import ServerMetrics
 from server.base.protocol import Mode, ServerEvent, SessionCreate
 from server.config import Settings
 from server.media.microphone import MicrophoneIntake, SampleFifo
 from server.session.feed_loop import FeedLoop
 from server.session.feeder import Feeder
+from server.session.ports import EngineInput
 from server.voice.agent import AgentVoice
 from server.voice.speech import SpeechQueue
 from server.voice.tts import TTSBackend
@@ -34,7 +34,7 @@ class Inbound:
         session_id: str,
         options: SessionCreate,
         settings: Settings,
-        link: EngineLink,
+        link: EngineInput,
         generated_samples: Callable[[], int],
         metrics: ServerMetrics,
         emit: Callable[[ServerEvent], None],

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from server.base.engine_link import EngineLink
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ServerEvent
 from server.config import Settings
@@ -27,6 +26,7 @@ from server.media.viewers import Viewers
 from server.session.generated import GeneratedFrames
 from server.session.liveness import Liveness
 from server.session.playback_reporter import PlaybackReporter
+from server.session.ports import EngineOutput
 from server.session.trace import LatencyTrace
 from server.voice.agent import AgentVoice
 from server.voice.mute import MutedAudio
@@ -43,7 +43,7 @@ class Outbound:
         self,
         session_id: str,
         settings: Settings,
-        link: EngineLink,
+        link: EngineOutput,
         voice: AgentVoice,
         connected: asyncio.Event,
         liveness: Liveness,
