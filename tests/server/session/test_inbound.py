@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import fractions
 import time
-from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -15,32 +14,10 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from server.base.metrics import ServerMetrics
 from server.base.protocol import SessionCreate
 from server.session.inbound import Inbound
+from tests.pipeline_helpers import RATE, FakeEngine
 from tests.server_helpers import make_settings, wait_until
 
-RATE = 16000
 MIC_RATE = 48000
-
-
-class FakeEngine:
-    """The engine port: records each block fed, and keeps up with it (generated = fed)."""
-
-    def __init__(self) -> None:
-        self.info = SimpleNamespace(sample_rate=RATE, fps=25)
-        self.blocks: list[tuple[int, np.ndarray]] = []
-        self.silenced: list[int] = []
-
-    def feed(self, start: int, samples: np.ndarray) -> None:
-        self.blocks.append((start, samples.copy()))
-
-    def silence_from(self, sample: int) -> None:
-        self.silenced.append(sample)
-
-    @property
-    def fed(self) -> int:
-        return sum(b.size for _, b in self.blocks)
-
-    def timeline(self) -> np.ndarray:
-        return np.concatenate([b for _, b in self.blocks]) if self.blocks else np.zeros(0, np.float32)
 
 
 class ToneTrack(MediaStreamTrack):

@@ -1,0 +1,36 @@
+"""A fake engine at the session pipelines' ports (``server.session.ports``), for testing each alone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+RATE = 16000
+FPS = 25
+
+
+class FakeEngine:
+    """Both ports: records each block fed, the cuts and the origins told, and keeps up (generated = fed)."""
+
+    def __init__(self) -> None:
+        self.info = SimpleNamespace(sample_rate=RATE, fps=FPS)
+        self.blocks: list[tuple[int, np.ndarray]] = []
+        self.silenced: list[int] = []
+        self.origins: list[float | None] = []
+
+    def feed(self, start: int, samples: np.ndarray) -> None:
+        self.blocks.append((start, samples.copy()))
+
+    def silence_from(self, sample: int) -> None:
+        self.silenced.append(sample)
+
+    def set_origin(self, origin: float | None) -> None:
+        self.origins.append(origin)
+
+    @property
+    def fed(self) -> int:
+        return sum(b.size for _, b in self.blocks)
+
+    def timeline(self) -> np.ndarray:
+        return np.concatenate([b for _, b in self.blocks]) if self.blocks else np.zeros(0, np.float32)
