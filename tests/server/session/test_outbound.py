@@ -52,12 +52,28 @@ async def packets_of(track, count: int) -> list[av.Packet]:
     return got
 
 
-async def test_frames_in_come_out_encoded_in_order_and_paced_with_their_voice() -> None:
-    outbound, _, engine = pipeline()
+def receiving(outbound: Outbound) -> tuple[object, object, asyncio.Task]:
+    """One receiver's VP8 video and Opus voice tracks, and the broadcast's pump."""
     video, audio = outbound.broadcast.subscribe()
     video.bind(codec("video/vp8"))
     audio.bind(codec("audio/opus"))
-    pump = asyncio.create_task(outbound.broadcast.run())
+    return video, audio, asyncio.create_task(outbound.broadcast.run())
+
+
+def levels(packets: list[av.Packet]) -> list[float]:
+    decoder = av.CodecContext.create("vp8", "r")
+    return [float(f.to_ndarray(format="rgb24").mean()) for p in packets for f in decoder.decode(p)]
+
+
+def voice(packets: list[av.Packet]) -> np.ndarray:
+    """The decoded voice, float in [-1, 1]."""
+    decoder = av.CodecContext.create("opus", "r")
+    return np.concatenate([f.to_ndarray().reshape(-1) for p in packets for f in decoder.decode(p)]).astype(float)
+
+
+async def test_frames_in_come_out_encoded_in_order_and_paced_with_their_voice() -> None:
+    outbound, _, engine = pipeline()
+    video, audio, pump = receiving(outbound)
     await outbound.generated.put([frame(i) for i in range(FRAMES)])
     reading = [asyncio.create_task(packets_of(track, 10 ** 6)) for track in (video, audio)]
     assert await wait_until(lambda: outbound.playout.stats().frames_shown >= FRAMES, 10.0)
@@ -67,25 +83,17 @@ async def test_frames_in_come_out_encoded_in_order_and_paced_with_their_voice() 
 
     assert outbound.generated.frames == FRAMES
     assert engine.origins and isinstance(engine.origins[-1], float), "the engine was told playout's clock"
-    decoder = av.CodecContext.create("vp8", "r")
-    levels = [float(f.to_ndarray(format="rgb24").mean()) for p in video_packets for f in decoder.decode(p)]
-    shown = [round((level - 30) / 5) for level in levels]
+    shown = [round((level - 30) / 5) for level in levels(video_packets)]
     assert shown == sorted(shown), f"pictures out of order: {shown}"
     assert len(set(shown)) >= FRAMES * 3 // 4 and shown[-1] == FRAMES - 1  # playout may skip a few to catch up
     pts = [p.pts for p in video_packets]
     assert all(b > a for a, b in zip(pts, pts[1:], strict=False)), "video timestamps advance"
-
-    opus = av.CodecContext.create("opus", "r")
-    voice = np.concatenate([f.to_ndarray().reshape(-1) for p in audio_packets for f in opus.decode(p)]).astype(float)
-    assert np.sqrt(np.mean(voice ** 2)) > 0.05, "the frames' voice is heard"  # decoded as float
+    assert np.sqrt(np.mean(voice(audio_packets) ** 2)) > 0.05, "the frames' voice is heard"
 
 
 async def test_a_cut_range_is_muted_and_its_frames_fade_to_the_rest_face() -> None:
     outbound, inbound, _ = pipeline()
-    video, audio = outbound.broadcast.subscribe()
-    video.bind(codec("video/vp8"))
-    audio.bind(codec("audio/opus"))
-    pump = asyncio.create_task(outbound.broadcast.run())
+    video, audio, pump = receiving(outbound)
     await outbound.generated.put([frame(i) for i in range(8)])
     first = await packets_of(video, 8)
     await packets_of(audio, 16)
@@ -99,9 +107,6 @@ async def test_a_cut_range_is_muted_and_its_frames_fade_to_the_rest_face() -> No
         outbound.playout.close()
         await asyncio.wait_for(pump, 10.0)
 
-    decoder = av.CodecContext.create("vp8", "r")
-    levels = [float(f.to_ndarray(format="rgb24").mean()) for p in first + later_video for f in decoder.decode(p)]
-    assert max(levels[-5:]) < 30 + 5 * 20, f"the face rests instead of showing the dropped speech: {levels[-5:]}"
-    opus = av.CodecContext.create("opus", "r")
-    tail = [f.to_ndarray().reshape(-1) for p in later_audio[-10:] for f in opus.decode(p)]
-    assert np.abs(np.concatenate(tail)).max() < 0.01, "the voice is muted from the cut"
+    last = levels(first + later_video)[-5:]
+    assert max(last) < 30 + 5 * 20, f"the face rests instead of showing the dropped speech: {last}"
+    assert np.abs(voice(later_audio[-10:])).max() < 0.01, "the voice is muted from the cut"
