@@ -146,7 +146,7 @@ class Pipeline(ConfiguredEngine):
         if dtype is not None:
             config = config.replace(dtype=dtype)
         if steps is not None:  # every preset's
-            config = config.replace(steps=steps, fast_steps=None)
+            config = config.replace(steps=steps, fast_steps=None, redrawn_steps=None)
         if guidance is not None:
             config = config.replace(audio_guidance=guidance)
         if deblock is not None:
@@ -192,6 +192,14 @@ class Pipeline(ConfiguredEngine):
         if (chunk, steps) == (self.config.schedule.chunk, self.steps):
             return self.with_interp(False)
         return self._sibling(self.config.with_schedule(chunk=chunk, interp=False), steps)
+
+    def steps_for(self, render: Render) -> int:
+        """N-chunk steps of this pipeline's sessions rendered ``render``: ``redrawn_steps`` where the
+        frames are drawn at motion read off the latents, which no one sees."""
+        redrawn = self.config.redrawn_steps
+        if render is Render.DECODED or self.latent_reader is None or redrawn is None:
+            return self.steps
+        return min(self.steps, redrawn)
 
     def _sibling(self, config: EngineConfig, steps: int | None = None) -> Pipeline:
         # a subclass's siblings are its own kind
@@ -466,6 +474,7 @@ class StreamSession(AudioFed):
         self.seed = seed
         self.redraw = redraw  # a photo's or drawn avatar's drawer and motion (None: the DiT's frames are shown)
         self.render = render
+        self.steps = pipeline.steps_for(render)  # of its N chunks, unless its quality says fewer
         self.audio = AudioBuffer()
         self.state = RollingState(reference=reference, decoder=pipeline.models.decoder.init_cache(reference.decoder))
         self.finished = False
@@ -524,7 +533,7 @@ class StreamSession(AudioFed):
             needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
             if not self.audio.closed and self.audio.total < needed:
                 return None
-            steps, guided = quality.steps or self.pipe.steps, quality.guidance and cfg.audio_guidance != 1.0
+            steps, guided = quality.steps or self.steps, quality.guidance and cfg.audio_guidance != 1.0
         s0 = plan.span[0]
         history = ()
         if plan.kind == "N" and self.state.history is not None:

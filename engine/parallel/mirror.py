@@ -172,7 +172,7 @@ class Channel(Protocol):
 
 # Attributes of the local pipeline that are safe to read on rank 0 alone.
 _READ_ONLY = frozenset({
-    "config", "device", "steps", "models", "weights_loaded", "batch_engine", "schedule", "context_gen",
+    "config", "device", "steps", "steps_for", "models", "weights_loaded", "batch_engine", "schedule", "context_gen",
     "fps", "sample_rate", "frame_size", "frames_per_chunk", "first_chunk_samples", "accepts_images", "renders",
 })
 

@@ -82,6 +82,10 @@ class PuppetPipeline(ConfiguredEngine):
         preset_named(name)
         return self
 
+    def steps_for(self, render: Render) -> int:
+        """Nothing to denoise, whichever way the frames are made."""
+        return self.steps
+
     def open_session(self, avatar: str | Identity | None = None, image: np.ndarray | None = None,
                      seed: int = 0, photo: object | None = None, drawn: bool = False) -> PuppetSession:
         """A session drawing ``avatar`` (a bundled name, or an ``Identity`` such as the held-out

@@ -77,11 +77,11 @@ class StepOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # session -> message
 
 
-def presets_of(pipes: dict, guided: bool) -> dict[str, tuple[Quality, ...]]:
-    """Each preset's ladder from its own steps: ``quality`` walks the whole ladder; ``fast`` has no
-    I chunks to give up."""
+def presets_of(pipes: dict, guided: bool, render: Render = Render.DECODED) -> dict[str, tuple[Quality, ...]]:
+    """Each preset's ladder from its own steps for sessions rendered ``render``: ``quality`` walks the
+    whole ladder; ``fast`` has no I chunks to give up."""
     def steps(name: str) -> int:
-        return max(1, getattr(pipes[name], "steps", 0) or 1)
+        return max(1, pipes[name].steps_for(render) or 1)
 
     return {Preset.QUALITY: quality_ladder(steps(Preset.QUALITY), True, guided),
             Preset.FAST: quality_ladder(steps(Preset.FAST), False, guided)}
@@ -101,7 +101,8 @@ class EngineCore:
         self.max_batch = max_batch
         cfg = pipeline.config
         guided = cfg.audio_guidance != 1.0
-        self.presets = presets_of(self.pipes, guided)
+        self.ladders = {render: presets_of(self.pipes, guided, render) for render in Render}
+        self.presets = self.ladders[Render.DECODED]  # the names; each render's steps in ``ladders``
         if default_preset not in self.presets:
             raise ValueError(f"unknown preset {default_preset!r}")
         self.default_preset = default_preset
@@ -130,7 +131,7 @@ class EngineCore:
             stream = pipe.open_session(avatar=spec.avatar, photo=spec.photo, seed=spec.seed, drawn=spec.drawn)
         except (KeyError, ValueError) as exc:
             raise SessionRefused(str(exc).strip("'\"")) from None
-        ladder = self.presets[spec.preset]
+        ladder = self.ladders[spec.render][spec.preset]
         session = CoreSession(sid, stream, pipe, spec.preset, ladder, deque(range(slot_count)), opened_at=self.clock())
         stream.set_quality(ladder[0])
         self.sessions[sid] = session
@@ -265,7 +266,7 @@ class EngineCore:
         steps = getattr(pipe, "steps", 0)
         if not steps:  # a procedural engine: one drawing per chunk, nothing to denoise
             return (("N", 0, False, False, 0, render),)
-        q = self.presets[preset or self.default_preset][0]
+        q = self.ladders[render][preset or self.default_preset][0]
         schedule, cfg = pipe.config.schedule, pipe.config
         guided = q.guidance and cfg.audio_guidance != 1.0
         work = [("N", q.steps or steps, guided, q.interp, schedule.chunk, render)]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.batch import Render
 from engine.presets import DEFAULT_PRESET
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ class SessionSpec:
     seed: int = 0
     preset: str = DEFAULT_PRESET
     drawn: bool = False
+
+    @property
+    def render(self) -> Render:
+        return Render.PHOTO if self.photo is not None else Render.DRAWN if self.drawn else Render.DECODED
 
     def frame_size(self, info: EngineInfo) -> tuple[int, int]:
         """(height, width) of this session's frames."""

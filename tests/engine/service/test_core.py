@@ -7,6 +7,7 @@ from collections import deque
 import numpy as np
 import pytest
 
+from engine.batch import Render
 from engine.presets import Preset
 from engine.service.core import EngineCore, SessionRefused
 from engine.service.costs import CostModel
@@ -220,3 +221,29 @@ def test_capacity_is_counted_per_render_kind_from_what_each_costs(core):
     assert set(by_render) == {"decoded", "drawn", "photo"}
     assert by_render["drawn"] > by_render["decoded"] >= 1
     assert core.real_time_sessions() == by_render["decoded"]  # the worker's default render
+
+
+def test_sessions_drawn_from_the_latents_run_at_the_configured_redrawn_steps(micro_pipe):
+    from engine.photo.latent_reader import LatentMotionReader
+
+    cfg = micro_pipe.config.replace(fast_chunk=1, fast_steps=2, redrawn_steps=1)
+    pipe = type(micro_pipe)(cfg, micro_pipe.models, micro_pipe.device)
+    assert pipe.preset("fast").steps_for(Render.DRAWN) == 2  # no latent reader: motion read off decoded frames
+    pipe.latent_reader = LatentMotionReader(channels=cfg.vae.latent_channels, frames=cfg.vae.temporal_down)
+    core = EngineCore(pipe, describe(pipe), clock=FakeClock(), costs=CostModel(prior_s=0.01))
+    assert [q.steps for q in core.ladders[Render.DECODED]["fast"]] == [2, 1]
+    assert [q.steps for q in core.ladders[Render.DRAWN]["fast"]] == [1]
+    assert [key[1] for key in core.work_per_period("fast", Render.DRAWN)] == [1]
+    open_fed(core, "decoded", 2.0, seed=1, preset="fast")
+    open_fed(core, "drawn", 2.0, preset="fast", drawn=True)
+    keys = {c.session: c.key for c in core.candidates(core.clock())}
+    assert (keys["drawn"].steps, keys["decoded"].steps) == (1, 2)
+    core.close("decoded")
+    calls = []
+    hook = pipe.models.dit.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        outcome = core.step()
+    finally:
+        hook.remove()
+    assert outcome.batch == ("drawn",) and outcome.frames["drawn"]
+    assert len(calls) == 2  # one denoising step, then the history pass
