@@ -104,6 +104,9 @@ class EngineConfig:
     shift: float = 3.0
     dtype: str = "auto"  # compute dtype for DiT, SR and decoder: auto = bf16 on CUDA and on CPUs with bf16 units
     context_sigma: float = 0.05  # noise level given to history/anchor latents (matches training)
+    # N chunks shorter than the history window append their own frames' K/V (seen beside the
+    # window, as the chunk itself was) instead of rebuilding the whole window in one pass.
+    append_history: bool = False
     # Guidance against silence: v = v(silence) + g * (v(audio) - v(silence)). g > 1 pushes the
     # mouth further from its silent pose (one batched pass of two); 1 turns it off. Only the
     # first ``guidance_steps`` sampling steps are guided: the first (highest-noise) step decides
@@ -186,7 +189,7 @@ CONFIGS: dict[str, EngineConfig] = {
     # Drawn and photo sessions at 1 step: held out, r 0.924 / seams 0.91 / similarity 0.999 (0.923 /
     # 0.93 / 0.998 at 2), a fifth less compute a chunk. Decoded frames keep 2: at 1 the decoder
     # shows more dark blotches.
-    "tiny": EngineConfig(name="tiny", fast_chunk=1, fast_steps=2, redrawn_steps=1,
+    "tiny": EngineConfig(name="tiny", fast_chunk=1, fast_steps=2, redrawn_steps=1, append_history=True,
                          audio=AudioConfig(lookahead_ms=30)),
     "large": EngineConfig(
         name="large",

@@ -83,12 +83,13 @@ class Module(nn.Module):
         """The part of a config that decides this module's tensor shapes.
 
         Run-time knobs (sampling steps, timestep shift, guidance, compute dtype, the I-chunk pass,
-        deblocking, the fast preset's chunk and steps, redrawn sessions' steps) are left out, so ``--steps``/``--guidance``/
-        ``--no-interp``/``dtype``/``--no-deblock`` work with saved weights.
+        deblocking, the fast preset's chunk and steps, redrawn sessions' steps, how the history
+        window is kept) are left out, so ``--steps``/``--guidance``/``--no-interp``/``dtype``/
+        ``--no-deblock`` work with saved weights.
         """
         raw = json.loads(config.to_json())
         for key in ("steps", "interp_steps", "shift", "dtype", "audio_guidance", "guidance_steps", "deblock",
-                    "fast_chunk", "fast_steps", "redrawn_steps"):
+                    "fast_chunk", "fast_steps", "redrawn_steps", "append_history"):
             raw.pop(key, None)
         raw["schedule"].pop("interp", None)
         if not self.aligned_to_audio:

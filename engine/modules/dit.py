@@ -47,6 +47,11 @@ class KVBlock:
             return b
         return KVBlock(torch.cat([a.k, b.k], 2), torch.cat([a.v, b.v], 2), torch.cat([a.frame, b.frame]))
 
+    def newest(self, frames: int) -> KVBlock:
+        """The tokens of the newest ``frames`` latent frames."""
+        keep = (self.frame > int(self.frame.max()) - frames).nonzero().squeeze(1)
+        return KVBlock(self.k[:, :, keep], self.v[:, :, keep], self.frame[keep])
+
     def shifted(self, delta: int) -> KVBlock:
         """The same K/V moved ``delta`` latents along the timeline (reference tokens stay at -1)."""
         if delta == 0:

@@ -47,12 +47,19 @@ class AudioToVideo:
         self.keep_on_device = False
 
     def _history_pass(self, x0: torch.Tensor, noise: torch.Tensor, audio: torch.Tensor, s0: int,
-                      reference: KVBlock, history: HistoryWindow | None) -> HistoryWindow:
+                      reference: KVBlock, history: HistoryWindow | None, ctx: AttnContext) -> HistoryWindow:
         """The window of the newest ``window`` frames, this chunk's and the history's before it,
         at the context noise level and seen together with the reference only: exactly how the
-        history is built in training."""
+        history is built in training. With ``append_history``, a chunk shorter than the window
+        appends its own frames instead, seen beside the window (``ctx``, as the chunk was made)."""
         window, (b, f) = self.config.dit.window, x0.shape[:2]
         x = noised(x0, noise, self.config.context_sigma)
+        if history is not None and self.config.append_history and f < window:
+            t_new = torch.full((b, f), self.config.context_sigma, device=x0.device)
+            _, kv = self.dit(x, t_new, audio, s0, ctx, kv_only=True)
+            return HistoryWindow(KVBlock.concat(history.kv, kv).newest(window),
+                                 torch.cat([history.latents, x], 1)[:, -window:],
+                                 torch.cat([history.audio, audio], 1)[:, -window:])
         if history is not None:
             x, audio = torch.cat([history.latents, x], 1), torch.cat([history.audio, audio], 1)
         x, audio = x[:, -window:], audio[:, -window:]
@@ -120,7 +127,7 @@ class AudioToVideo:
             out = x0[:, g0 - s0:g1 - s0].float()
             new_history = None
             if plan.kind == "N":
-                new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history)
+                new_history = self._history_pass(x0, noise, audio, s0, inp.reference, history, ctx)
         return A2VOutput(out if self.keep_on_device else out.cpu(), new_history)
 
 

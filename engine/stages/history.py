@@ -18,7 +18,8 @@ class HistoryWindow:
     The K/V of the whole window are recomputed in one pass after every N chunk, as training
     builds them. A window assembled from the passes of short chunks, each seeing only its own
     frames, is not what the model learned: at one latent a chunk the face drifts from its
-    reference within seconds.
+    reference within seconds. Passes that see the window before them do not drift; with the
+    config's ``append_history`` a chunk shorter than the window appends its frames' K/V so made.
     """
 
     kv: KVBlock  # B rows

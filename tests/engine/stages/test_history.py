@@ -1,5 +1,6 @@
 """HistoryWindow: the K/V an N chunk attends to are one pass over the whole window, as
-training builds them, at every chunk size; batches stack and split windows row by row."""
+training builds them, at every chunk size, or appended chunk by chunk where the config says;
+batches stack and split windows row by row."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from engine.stages.history import HistoryWindow
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def run_chunks(chunk: int, count: int):
-    cfg = get_config("micro").with_schedule(chunk=chunk, interp=False)
+def run_chunks(chunk: int, count: int, append: bool = False):
+    cfg = get_config("micro").with_schedule(chunk=chunk, interp=False).replace(append_history=append)
     models = living_models("micro", seed=3)
     stage, gen = AudioToVideo(cfg, models.dit), ContextGen(cfg, models.audio)
     sched = ChunkSchedule(cfg.schedule)
@@ -61,6 +62,24 @@ def test_one_latent_chunks_keep_the_window_of_one_joint_pass() -> None:
     assert window >= 2
     piecewise = functools.reduce(KVBlock.concat, parts)
     assert (piecewise.k - joint.k).abs().max() > 1e-3
+
+
+def test_appended_history_keeps_the_older_k_v_and_adds_the_new_latent_seen_beside_them() -> None:
+    cfg, models, ref, outs = run_chunks(chunk=1, count=5, append=True)
+    window, sigma = cfg.dit.window, cfg.context_sigma
+    (_, _, before), (plan, ctx, out) = outs[-2:]
+    old, new = before.history, out.history
+    assert new.frames() == list(range(plan.span[1] - window, plan.span[1]))
+    assert torch.equal(new.latents[:, :-1], old.latents[:, 1:])
+    kept = old.kv.newest(window - 1)
+    older = new.kv.frame < plan.span[0]
+    assert torch.equal(new.kv.k[:, :, older], kept.k) and torch.equal(new.kv.v[:, :, older], kept.v)
+    s0 = plan.span[0]
+    with torch.inference_mode():
+        _, own = models.dit(new.latents[:, -1:], torch.full((1, 1), sigma), ctx.audio_tokens, s0,
+                            models.dit.context(s0, ref, old.kv))
+    assert torch.allclose(new.kv.k[:, :, ~older], own.k, atol=1e-6)
+    assert torch.allclose(new.kv.v[:, :, ~older], own.v, atol=1e-6)
 
 
 def test_a_chunk_as_long_as_the_window_needs_nothing_older() -> None:
