@@ -29,6 +29,14 @@ async def test_a_cluster_node_runs_its_web_processes_behind_its_own_front(monkey
             async with httpx.AsyncClient(base_url=node["address"], timeout=20) as http:
                 engine = (await http.get("/v1/engine")).json()
             assert [w["node"] for w in engine["web_processes"]] == ["web-0", "web-1"] and len(engine["workers"]) == 1
+            async with httpx.AsyncClient(base_url=node["address"], timeout=20) as http:
+                listing: list = []
+
+                async def each_with_room() -> bool:  # both processes report the worker's room
+                    listing[:] = (await http.get("/v1/engine")).json()["web_processes"]
+                    return all(w["capacity"] > 0 for w in listing)
+
+                assert await wait_until(each_with_room, 10.0, interval_s=0.1), listing
             a, b = await create(gw), await create(gw)
             try:
                 await a.watch(gw)
