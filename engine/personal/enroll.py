@@ -12,6 +12,8 @@ out, aligned to the rest frame by the face above the mouth (``engine.face.footag
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +56,11 @@ MIN_SECONDS, MAX_SECONDS = 10.0, 300.0
 MAX_BYTES = 200 * 1024 * 1024
 SAMPLE_FPS = 12.5
 MAX_SIDE = 1280  # frames are read at most this large (a 4K clip is no better for a 512² avatar)
+# What a clip's header may declare, read before any frame is decoded: a frame past these is
+# refused, so no upload makes the decoder hold frames of any size it likes.
+MAX_INPUT_SIDE = 4096
+MAX_INPUT_PIXELS = 4096 * 2160
+MAX_FPS = 120.0
 MIN_SHARE = 0.5  # a check passes when it holds on at least this share of the frames
 MIN_FACE_LIGHT = 45.0  # the face's mean luma below this is too dark to take colours from
 # The driver face's head turn as its photo sessions read it (yaw, standard deviation over three
@@ -70,6 +77,22 @@ class EnrollError(ValueError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class EnrollTimeout(EnrollError):
+    """The enrolment ran past its wall-clock bound (its deadline): it stopped where it was."""
+
+
+@dataclass(frozen=True)
+class VideoHeader:
+    """What a clip's container declares of its video stream, read without decoding a frame
+    (``fps`` and ``seconds`` None where the container does not say)."""
+
+    width: int
+    height: int
+    fps: float | None
+    seconds: float | None
+    codec: str
 
 
 @dataclass(frozen=True)
@@ -100,36 +123,105 @@ class _Frame:
     sharpness: float
 
 
-def _frames(path: Path, progress: Progress | None) -> Iterator[tuple[int, float, np.ndarray]]:
-    """(sample index, time, RGB) of the frames one every ``1 / SAMPLE_FPS`` s; ``EnrollError``
-    for a file that is not a video or one too long."""
+def _open(path: Path):
+    """The container at ``path``, its streams read from the header: the probe that fills in what the
+    header leaves out skips every frame (``skip_frame``), so opening never decodes one. Formats that
+    declare no stream before that probe (MPEG-TS/PS) are refused, as they would be decoded to open."""
     import av
 
     try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        return av.open(str(path), stream_options=[{"skip_frame": "all"}])
+    except (av.error.FFmpegError, OSError) as exc:
         raise EnrollError(f"not a video ({exc.__class__.__name__})") from None
-    with container:
-        if not container.streams.video:
-            raise EnrollError("not a video: the file has no video stream")
+    except ValueError:
+        raise EnrollError("not a supported container: send an MP4, MOV, WebM or MKV file") from None
+
+
+def _header(container) -> VideoHeader:
+    if not container.streams.video:
+        raise EnrollError("not a video: the file has no video stream")
+    stream = container.streams.video[0]
+    rate = stream.average_rate or stream.guessed_rate
+    fps = float(rate) if rate else None
+    if container.duration:
+        seconds = container.duration / 1e6
+    elif stream.duration and stream.time_base:
+        seconds = float(stream.duration * stream.time_base)
+    else:
+        seconds = stream.frames / fps if stream.frames and fps else None
+    return VideoHeader(stream.codec_context.width, stream.codec_context.height, fps, seconds,
+                       stream.codec_context.name)
+
+
+def _check_header(header: VideoHeader) -> None:
+    """``EnrollError`` for a header that declares too large a frame, too high a rate, or a length
+    outside 10 s .. 5 min."""
+    w, h = header.width, header.height
+    if w <= 0 or h <= 0:
+        raise EnrollError("not a video: the video stream declares no frame size")
+    if max(w, h) > MAX_INPUT_SIDE or w * h > MAX_INPUT_PIXELS:
+        raise EnrollError(f"too large: {w}×{h} frames, at most {MAX_INPUT_SIDE} px a side and "
+                          f"{MAX_INPUT_PIXELS / 1e6:.1f} Mpixel")
+    if header.fps is not None and header.fps > MAX_FPS:
+        raise EnrollError(f"frame rate too high: {header.fps:.0f} fps, at most {MAX_FPS:.0f}")
+    if header.seconds is not None:
+        if header.seconds < MIN_SECONDS:
+            raise EnrollError(_too_short(header.seconds))
+        if header.seconds > MAX_SECONDS:
+            raise EnrollError(f"too long: {header.seconds:.0f} s of video, at most {MAX_SECONDS:.0f} s")
+
+
+def _too_short(seconds: float) -> str:
+    return f"too short: {seconds:.1f} s of video, at least {MIN_SECONDS:.0f} s needed"
+
+
+def probe(path: str | Path) -> VideoHeader:
+    """The clip's video stream as its header declares it (frame size, rate, length, codec), no frame
+    decoded; ``EnrollError`` for a file that is not a video or declares what enrolment refuses."""
+    with _open(Path(path)) as container:
+        header = _header(container)
+    _check_header(header)
+    return header
+
+
+def _check_time(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise EnrollTimeout("timeout: the enrolment took too long; send a shorter or smaller clip")
+
+
+def _frames(path: Path, progress: Progress | None,
+            deadline: float | None = None) -> Iterator[tuple[int, float, np.ndarray]]:
+    """(sample index, time, RGB at most ``MAX_SIDE``) of the frames one every ``1 / SAMPLE_FPS`` s;
+    ``EnrollError`` for a file that is not a video or one too long, ``EnrollTimeout`` past
+    ``deadline`` (``time.monotonic``). The header is checked before any frame is decoded; decoders
+    that can (MJPEG and the like) decode at a reduced size, the others' frames are scaled and
+    converted in one step, and frames between samples are never converted."""
+    import av
+
+    with _open(path) as container:
+        header = _header(container)
+        _check_header(header)
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
-        length = float(container.duration / 1e6) if container.duration else None
-        if length is not None and length > MAX_SECONDS:
-            raise EnrollError(f"too long: {length:.0f} s of video, at most {MAX_SECONDS:.0f} s")
+        scale = min(1.0, MAX_SIDE / max(header.width, header.height))
+        if scale < 1:
+            stream.codec_context.options = {"lowres": str(min(3, int(math.log2(1 / scale))))}
+        size = max(1, round(header.width * scale)), max(1, round(header.height * scale))
+        length = header.seconds
         next_t, k = 0.0, 0
         try:
             for frame in container.decode(stream):
+                _check_time(deadline)
                 if frame.time is None:
                     continue
                 if frame.time > MAX_SECONDS:
                     raise EnrollError(f"too long: over {MAX_SECONDS:.0f} s of video")
                 if frame.time + 1e-6 < next_t:
                     continue
-                rgb = frame.to_ndarray(format="rgb24")
-                scale = MAX_SIDE / max(rgb.shape[:2])
-                if scale < 1:
-                    rgb = cv2.resize(rgb, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+                if (frame.width, frame.height) == size:
+                    rgb = frame.to_ndarray(format="rgb24")
+                else:
+                    rgb = frame.to_ndarray(width=size[0], height=size[1], format="rgb24", interpolation="AREA")
                 yield k, float(frame.time), rgb
                 if progress and length:
                     progress(min(frame.time / length, 1.0), "reading")
@@ -165,7 +257,7 @@ def _face_light(rgb: np.ndarray, face: Face) -> float:
 def _refuse(reads: list[tuple[int, Face | None, float]], seconds: float) -> None:
     """``EnrollError`` naming the first thing wrong with the footage."""
     if seconds < MIN_SECONDS:
-        raise EnrollError(f"too short: {seconds:.1f} s of video, at least {MIN_SECONDS:.0f} s needed")
+        raise EnrollError(_too_short(seconds))
     found = [(n, f, light) for n, f, light in reads if f is not None]
     if len(found) < MIN_SHARE * len(reads):
         raise EnrollError("no face found in most of the video: film one person facing the camera")
@@ -205,8 +297,9 @@ class Scan:
         return np.array([f.opening for f in self.frames])
 
 
-def scan(path: str | Path, progress: Progress | None = None) -> Scan:
-    """The first pass; ``EnrollError`` for a file that is missing, too large, not a video or too long."""
+def scan(path: str | Path, progress: Progress | None = None, deadline: float | None = None) -> Scan:
+    """The first pass; ``EnrollError`` for a file that is missing, too large, not a video or too long
+    (``EnrollTimeout`` past ``deadline``, a ``time.monotonic`` instant)."""
     path = Path(path)
     if not path.is_file():
         raise EnrollError(f"{path}: no such file")
@@ -215,7 +308,7 @@ def scan(path: str | Path, progress: Progress | None = None) -> Scan:
     reads: list[tuple[int, Face | None, float]] = []
     frames: list[_Frame] = []
     seconds = 0.0
-    for k, t, rgb in _frames(path, progress):
+    for k, t, rgb in _frames(path, progress, deadline):
         seconds = t
         boxes = detect_faces(rgb)
         face = None
@@ -233,10 +326,13 @@ def scan(path: str | Path, progress: Progress | None = None) -> Scan:
     return Scan(reads, frames, seconds + 1 / SAMPLE_FPS if reads else 0.0)
 
 
-def enroll(path: str | Path, progress: Progress | None = None) -> tuple[PhotoAvatar, EnrollReport]:
-    """The personal avatar of the person in the video at ``path``; ``EnrollError`` says why not."""
+def enroll(path: str | Path, progress: Progress | None = None,
+           timeout_s: float | None = None) -> tuple[PhotoAvatar, EnrollReport]:
+    """The personal avatar of the person in the video at ``path``; ``EnrollError`` says why not
+    (``EnrollTimeout`` once it has run ``timeout_s``: the caller's slot is not held for good)."""
     path = Path(path)
-    found = scan(path, progress)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    found = scan(path, progress, deadline)
     reads, frames, seconds = found.reads, found.frames, found.seconds
     _refuse(reads, seconds)
     if not frames:
@@ -257,7 +353,7 @@ def enroll(path: str | Path, progress: Progress | None = None) -> tuple[PhotoAva
     if progress:
         progress(1.0, "reading")
     picked: dict[int, np.ndarray] = {}
-    for k, _, rgb in _frames(path, None):
+    for k, _, rgb in _frames(path, None, deadline):
         if k in wanted:
             picked[k] = rgb
         if len(picked) == len(wanted):
