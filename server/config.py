@@ -239,6 +239,22 @@ class InputLimits(BaseModel):
     max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
 
 
+class EnrolmentSettings(BaseModel):
+    """Personal avatars' uploads and enrolments: how many at once, per client, for how long, and where."""
+
+    max_enrolments: int = Field(
+        1, ge=1, description="enrolments at once, uploads still arriving counted with those running (429 past it)"
+    )
+    client_max_uploads: int = Field(1, ge=1, description="uploads one client may have arriving at once")
+    enrolment_timeout_s: float = Field(
+        300.0, gt=0, description="an enrolment running longer fails with `timeout` (its slot freed)"
+    )
+    upload_dir: Path | None = Field(
+        None, description="folder the uploads lie in while they arrive and are enrolled (default: the "
+        "system's temporary folder's avatar-uploads)"
+    )
+
+
 def default_web_processes() -> int:
     """One web process per four cores this process may run on, at least one: on a small machine the
     engine needs the cores more than a second event loop would."""
@@ -285,6 +301,7 @@ SETTING_GROUPS: tuple[type[BaseModel], ...] = (
     FeedSettings,
     PlayoutSettings,
     InputLimits,
+    EnrolmentSettings,
     TimingSettings,
     NodeSettings,
 )
@@ -293,6 +310,7 @@ SETTING_GROUPS: tuple[type[BaseModel], ...] = (
 class Settings(
     NodeSettings,
     TimingSettings,
+    EnrolmentSettings,
     InputLimits,
     PlayoutSettings,
     FeedSettings,

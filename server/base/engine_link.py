@@ -30,7 +30,7 @@ from engine.media.image import ImageLimits, ImageTooLarge, decode_image
 from engine.media.mp4 import Mp4Writer
 from engine.parallel.plan import ParallelPlan
 from engine.personal.enroll import MAX_BYTES as MAX_VIDEO_BYTES
-from engine.personal.enroll import EnrollError, enroll
+from engine.personal.enroll import EnrollError, EnrollTimeout, enroll
 from engine.personal.store import AvatarStore, StoreError
 from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_VIDEO_BYTES",
     "AvatarStore",
     "EnrollError",
+    "EnrollTimeout",
     "StoreError",
     "enroll",
     "Engine",

@@ -37,7 +37,7 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
-        self.personal = PersonalAvatars(settings.avatar_store, lambda: self.engine.avatars)
+        self.personal = PersonalAvatars(settings.avatar_store, lambda: self.engine.avatars, settings)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         self.loop_load = LoopLoad(settings.web_loop_budget)

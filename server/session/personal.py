@@ -1,31 +1,35 @@
 """Personal avatars in the web process: the store and the enrolments running into it.
 
-An enrolment runs in a thread (decoding, face mesh, OpenCV: native code that leaves the event
-loop free) under a bound (``MAX_ENROLMENTS`` at once; more get 429). Its progress and its
+An upload takes a slot before its body is read (:meth:`PersonalAvatars.upload`): at most
+``max_enrolments`` uploads and enrolments at once, ``client_max_uploads`` uploads arriving from
+one client, so parallel uploads are refused with 429 at once instead of lying on disk together.
+The slot passes to the enrolment, which runs in a thread (decoding, face mesh, OpenCV: native
+code that leaves the event loop free) for at most ``enrolment_timeout_s``. Its progress and its
 outcome stay readable by name until the same name is enrolled again, so a client polls
 ``GET /v1/avatars/{name}`` after ``POST /v1/avatars``. A failed enrolment stores nothing; its
-one-line reason is the result. The clip is a temporary file, removed when the enrolment ends.
-Sessions load a stored avatar by name (``load``) and carry it to the engine like a photo.
+one-line reason is the result. The clip is a file in the upload folder, removed when the
+request fails or the enrolment ends. Sessions load a stored avatar by name (``load``) and carry
+it to the engine like a photo.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.base.engine_link import AvatarStore, EnrollError, PhotoAvatar, StoreError, enroll
+from server.base.engine_link import AvatarStore, EnrollError, EnrollTimeout, PhotoAvatar, StoreError, enroll
 from server.base.errors import ApiError
 from server.base.tasks import TaskSet
+from server.config import EnrolmentSettings
+from server.session.upload_folder import UploadFolder
 
 log = logging.getLogger(__name__)
-
-MAX_ENROLMENTS = 1  # at once: an enrolment takes most of a core for its length's worth of seconds
 
 
 @dataclass
@@ -37,14 +41,23 @@ class Enrolment:
     stage: str = "uploaded"
     progress: float = 0.0
     error: str | None = None
+    error_code: str = "bad_video"  # or "timeout": the enrolment ran past its bound
     started: float = field(default_factory=time.monotonic)
 
     def as_json(self) -> dict:
         body: dict = {"name": self.name, "status": self.status, "stage": self.stage,
                       "progress": round(self.progress, 3)}
         if self.error:
-            body["error"] = {"code": "bad_video", "message": self.error}
+            body["error"] = {"code": self.error_code, "message": self.error}
         return body
+
+
+@dataclass
+class Upload:
+    """One upload's clip in the upload folder; ``taken`` once an enrolment owns it (and its slot)."""
+
+    path: Path
+    taken: bool = False
 
 
 def _store_error(exc: StoreError) -> ApiError:
@@ -53,13 +66,18 @@ def _store_error(exc: StoreError) -> ApiError:
 
 
 class PersonalAvatars:
-    """The store under ``root`` (the bundled avatars' names refused) and its enrolments."""
+    """The store under ``root`` (the bundled avatars' names refused), its uploads and enrolments."""
 
-    def __init__(self, root: str | Path | None, reserved: Callable[[], list[str]]) -> None:
+    def __init__(self, root: str | Path | None, reserved: Callable[[], list[str]],
+                 limits: EnrolmentSettings | None = None) -> None:
         self.store = AvatarStore(root)
         self.reserved = reserved  # the bundled avatars' names, known once the engine runs
+        self.limits = limits or EnrolmentSettings()
+        self.uploads = UploadFolder(self.limits.upload_dir)
         self.enrolments: dict[str, Enrolment] = {}
-        self._running = 0
+        self._busy = 0  # uploads arriving and enrolments running: each holds a slot
+        self._uploading: Counter[str] = Counter()  # client -> its uploads arriving
+        self._names: set[str] = set()  # names whose clip is arriving
         self._tasks = TaskSet("enrol-")
 
     def names(self) -> list[str]:
@@ -74,20 +92,45 @@ class PersonalAvatars:
         if name in self.reserved():
             raise ApiError(409, "avatar_exists", f"{name!r} is a bundled avatar's name")
         current = self.enrolments.get(name)
-        if current is not None and current.status == "enrolling":
+        if name in self._names or (current is not None and current.status == "enrolling"):
             raise ApiError(409, "enrolment_running", f"{name!r} is being enrolled; wait for it to finish")
         if name in self.store:
             raise ApiError(409, "avatar_exists", f"an avatar named {name!r} exists already")
-        if self._running >= MAX_ENROLMENTS:
-            raise ApiError(429, "enrolment_busy", "another enrolment is running; try again when it has finished")
+        if self._busy >= self.limits.max_enrolments:
+            raise ApiError(429, "enrolment_busy", "another enrolment is running or arriving; try again when it "
+                           "has finished")
 
-    def start(self, name: str, clip: Path) -> Enrolment:
-        """Enrol ``clip`` (a temporary file this takes over) as ``name`` in the background."""
+    @contextlib.contextmanager
+    def upload(self, name: str, client: str) -> Iterator[Upload]:
+        """Around one upload, before its body is read: ``ApiError`` at once (a taken name, every slot
+        held, or ``client`` with ``client_max_uploads`` arriving); else where its clip goes. The block
+        hands the upload to :meth:`start` (which takes the slot and the file) or the file is removed."""
         self.check_new(name)
+        if self._uploading[client] >= self.limits.client_max_uploads:
+            raise ApiError(429, "upload_busy", f"{self._uploading[client]} uploads of this client are arriving "
+                           f"(at most {self.limits.client_max_uploads}); wait for one to finish")
+        upload = Upload(self.uploads.new_file())
+        self._busy += 1
+        self._uploading[client] += 1
+        self._names.add(name)
+        try:
+            yield upload
+        finally:
+            self._names.discard(name)
+            self._uploading[client] -= 1
+            if self._uploading[client] <= 0:
+                del self._uploading[client]
+            if not upload.taken:
+                self._busy -= 1
+                upload.path.unlink(missing_ok=True)
+
+    def start(self, name: str, upload: Upload) -> Enrolment:
+        """Enrol the clip of ``upload`` (arrived under :meth:`upload`, whose slot and file this takes
+        over) as ``name`` in the background."""
         job = Enrolment(name)
         self.enrolments[name] = job
-        self._running += 1
-        self._tasks.spawn(self._run(job, clip), name)
+        upload.taken = True
+        self._tasks.spawn(self._run(job, upload.path), name)
         return job
 
     async def _run(self, job: Enrolment, clip: Path) -> None:
@@ -100,17 +143,20 @@ class PersonalAvatars:
             loop.call_soon_threadsafe(update)
 
         try:
-            avatar, report = await asyncio.to_thread(enroll, clip, progress)
+            avatar, report = await asyncio.to_thread(enroll, clip, progress, self.limits.enrolment_timeout_s)
             await asyncio.to_thread(self.store.save, job.name, avatar, report)
             job.status, job.stage, job.progress = "done", "done", 1.0
             log.info("enrolled %r: %d mouths, coverage %.0f%%", job.name, report.entries, 100 * report.coverage)
+        except EnrollTimeout as exc:
+            log.warning("enrolment of %r stopped after %.0f s", job.name, self.limits.enrolment_timeout_s)
+            job.status, job.error, job.error_code = "failed", exc.reason, "timeout"
         except (EnrollError, StoreError) as exc:
             job.status, job.error = "failed", exc.reason
         except Exception as exc:  # a bug must not leave the name "enrolling" for good
             log.exception("enrolment of %r failed", job.name)
             job.status, job.error = "failed", f"enrolment failed ({exc.__class__.__name__})"
         finally:
-            self._running -= 1
+            self._busy -= 1
             clip.unlink(missing_ok=True)
 
     def describe(self, name: str) -> dict:
@@ -143,10 +189,5 @@ class PersonalAvatars:
 
     async def close(self) -> None:
         self._tasks.cancel()
-
-
-def temporary_clip() -> Path:
-    """A new empty file for an uploaded clip (removed by the enrolment, or by the caller on error)."""
-    fd, path = tempfile.mkstemp(prefix="avatar-enrol-", suffix=".video")
-    os.close(fd)
-    return Path(path)
+        await self._tasks.wait()
+        self.uploads.close()
