@@ -78,6 +78,15 @@ HEAD_MOTION = ("yaw", "pitch", "roll", "tx", "ty")
 CHIN_FOLLOW = 0.7  # the chin drops this fraction of the lower lip's drop
 RING_JAW_FOLLOW = 0.6  # the inner ring below the chin drops this fraction of the chin's drop
 MIN_SPACING = 0.022  # mesh landmarks besides the contours, at least this far apart (fraction of the frame)
+# A face that fills the photo, or is cut by its edge: landmarks within ``EDGE_INSET`` pixels of the
+# frame's edge are left out of the mesh, the outer ring's points within ``EDGE_BAND`` of it too, and
+# the frame's border points follow the motion near them outwards only (never inwards, where they
+# would leave a strip of the frame with nothing of the photo to show). Every pixel is then drawn
+# from inside the photo, and the chin can drop out of the frame without folding the mesh.
+EDGE_INSET = 3.0
+EDGE_BAND = 0.06  # fraction of the frame
+BORDER_POINTS = 17  # per side
+BORDER_REACH = 0.08  # how far (fraction of the frame) a control point's motion carries to the border
 # Contours always in the mesh: lips, lids, the lid skin above them, brows, the face oval, the nose tip.
 CONTOURS = tuple(
     dict.fromkeys(
@@ -119,12 +128,14 @@ def _smoothstep(x: np.ndarray | float) -> np.ndarray:
     return x * x * (3 - 2 * x)
 
 
-def _mesh_subset(xy: np.ndarray, spacing: float) -> np.ndarray:
-    """Indices of the landmarks the warp mesh uses: the contours, then others at least ``spacing`` apart."""
-    keep = list(CONTOURS)
+def _mesh_subset(xy: np.ndarray, spacing: float, size: int) -> np.ndarray:
+    """Indices of the landmarks the warp mesh uses: the contours, then others at least ``spacing``
+    apart; only those inside the frame (a face cut by the photo's edge keeps what it shows)."""
+    inside = ((xy >= EDGE_INSET) & (xy <= size - 1 - EDGE_INSET)).all(1)
+    keep = [i for i in CONTOURS if inside[i]]
     chosen = xy[keep]
     for i in range(len(xy)):
-        if i in keep:
+        if i in keep or not inside[i]:
             continue
         if np.min(np.linalg.norm(chosen - xy[i], axis=1)) >= spacing:
             keep.append(i)
@@ -132,9 +143,17 @@ def _mesh_subset(xy: np.ndarray, spacing: float) -> np.ndarray:
     return np.array(keep, np.int32)
 
 
+def _outward(border: np.ndarray, size: int) -> np.ndarray:
+    """(B, 2) the outward direction of each border point of a frame (diagonal at the corners)."""
+    out = np.zeros_like(border)
+    out[:, 0] = np.where(border[:, 0] <= 0, -1.0, np.where(border[:, 0] >= size - 1, 1.0, 0.0))
+    out[:, 1] = np.where(border[:, 1] <= 0, -1.0, np.where(border[:, 1] >= size - 1, 1.0, 0.0))
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
 def _delaunay(points: np.ndarray, size: int) -> np.ndarray:
-    """(T, 3) vertex indices of the Delaunay triangulation of distinct points inside the frame."""
-    sub = cv2.Subdiv2D((-2, -2, size + 4, size + 4))
+    """(T, 3) vertex indices of the Delaunay triangulation of distinct points, in or near the frame."""
+    sub = cv2.Subdiv2D((-size, -size, 3 * size, 3 * size))
     for p in points:
         sub.insert((float(p[0]), float(p[1])))
     tris = sub.getTriangleList().reshape(-1, 3, 2)
@@ -272,28 +291,33 @@ class PhotoRig:
         oc = oval.mean(0)
         ring1 = oc + INNER_RING * (oval - oc)
         ring2 = oc + OUTER_RING * (oval - oc)
-        k = np.linspace(0, s - 1, 5)
+        k = np.linspace(0, s - 1, BORDER_POINTS)
         border = np.array(
             [(x, 0) for x in k] + [(x, s - 1) for x in k] + [(0, y) for y in k[1:-1]] + [(s - 1, y) for y in k[1:-1]],
             np.float64,
         )
-        inside2 = ((ring2 > 4) & (ring2 < s - 5)).all(1)
+        inside2 = ((ring2 > EDGE_BAND * s) & (ring2 < (1 - EDGE_BAND) * s)).all(1)
         ring2 = ring2[inside2]
-        ring1 = np.clip(ring1, 2, s - 3)
-        self._ring1_src = np.array(FACE_OVAL)
-        self._n_ring1 = len(ring1)
-        self._keep = _mesh_subset(xy, MIN_SPACING * self.size)
+        in_frame = ((ring1 >= EDGE_INSET) & (ring1 <= s - 1 - EDGE_INSET)).all(1)
+        ring1, ring1_oval = ring1[in_frame], np.array(FACE_OVAL)[in_frame]
+        self._keep = _mesh_subset(xy, MIN_SPACING * self.size, s)
         pts = np.concatenate([xy[self._keep], ring1, ring2, border])
         self._src = pts
         self._n_lm = n_lm = len(self._keep)
         self._n_moving = n_lm + len(ring1)
+        self._n_border = len(border)
+        self._outward = _outward(border, s)
+        d2 = ((border[:, None, :] - pts[None, : self._n_moving]) ** 2).sum(-1)
+        weights = np.exp(-d2 / (BORDER_REACH * s) ** 2)
+        self._border_weights = np.where(weights < 0.01, 0.0, weights)  # beyond reach: fixed
         # Ring 1 takes part of the jaw drop of its oval point (the neck stretches).
-        self._ring1_jaw = RING_JAW_FOLLOW * self._jaw[list(FACE_OVAL)]
-        self._ring1_z = self._depth[list(FACE_OVAL)]
+        self._ring1_jaw = RING_JAW_FOLLOW * self._jaw[ring1_oval]
+        self._ring1_z = self._depth[ring1_oval]
 
         opened = pts.copy()
         opened[:n_lm] += self._jaw[self._keep]
         opened[n_lm : self._n_moving] += self._ring1_jaw
+        opened = self._follow(opened)
         self.triangles = _lip_ladder(_delaunay(opened, s), opened, self._keep)
         self._nbr = _neighbours(self.triangles)
         lips = np.flatnonzero(np.isin(self._keep, LIPS_INNER_UPPER + LIPS_INNER_LOWER + LIPS_OUTER_UPPER
@@ -303,14 +327,17 @@ class PhotoRig:
         g = np.arange(0, s - 1 + GRID, GRID, dtype=np.float32)  # the last point at or past the last pixel
         self._grid = g
         gy, gx = np.meshgrid(g, g, indexing="ij")
-        self._gx, self._gy = gx, gy
+        # The map is evaluated at grid points clamped to the last pixel: none samples past the frame.
+        self._gx, self._gy = np.minimum(gx, s - 1), np.minimum(gy, s - 1)
         raster = np.zeros(gx.shape, np.int32)
         for t, tri in enumerate(np.round(pts[self.triangles] / GRID * 16).astype(np.int32)):
             cv2.fillConvexPoly(raster, tri, t, cv2.LINE_8, 4)
         bary, _ = _affines(self.triangles, pts, pts)
-        self._rest_tri = self._locate(bary, gx.ravel(), gy.ravel(), raster.ravel()).reshape(gx.shape)
+        self._rest_tri = self._locate(bary, self._gx.ravel(), self._gy.ravel(), raster.ravel()).reshape(gx.shape)
         region = np.zeros((s, s), np.uint8)
-        active = (self.triangles < self._n_moving).any(1)
+        can_move = np.arange(len(pts)) < self._n_moving
+        can_move[-self._n_border :] = self._border_weights.max(1) > 0
+        active = can_move[self.triangles].any(1)
         for tri in np.round(pts[self.triangles[active]] * 16).astype(np.int32):
             cv2.fillConvexPoly(region, tri, 1, cv2.LINE_8, 4)
         # The map is interpolated between grid points: a moving triangle's warp reaches GRID - 1 px past it.
@@ -403,7 +430,19 @@ class PhotoRig:
             lm = lm[:, :2]
         pts[:n] = lm[self._keep]
         pts[n:n1] += jaw * self._ring1_jaw
-        return lm, pts, close
+        return lm, self._follow(pts), close
+
+    def _follow(self, pts: np.ndarray) -> np.ndarray:
+        """``pts`` with the frame's border points moved outwards with the motion near them (the
+        largest outward motion of the control points within reach, by weight)."""
+        n1 = self._n_moving
+        d = pts[:n1] - self._src[:n1]
+        if not np.abs(d).max(initial=0.0) > 1e-6:
+            return pts
+        out = np.einsum("bd,md->bm", self._outward, d)  # outward motion of each point, per border point
+        push = (self._border_weights * np.maximum(out, 0.0)).max(1)
+        pts[-self._n_border :] = self._src[-self._n_border :] + push[:, None] * self._outward
+        return pts
 
     def displaced(self, motion: FaceMotion) -> np.ndarray:
         """(P, 2) control point positions for ``motion`` (mesh landmarks first, then the rings and border)."""
@@ -453,8 +492,17 @@ class PhotoRig:
             tri[look] = self._locate(bary, lx, ly, self._start(dst, moved, lx, ly, rest[look]))
         a = aff[tri]
         fx, fy = qx.ravel(), qy.ravel()
-        mx = (a[:, 0, 0] * fx + a[:, 0, 1] * fy + a[:, 0, 2]).reshape(qx.shape)
-        my = (a[:, 1, 0] * fx + a[:, 1, 1] * fy + a[:, 1, 2]).reshape(qx.shape)
+        mx = a[:, 0, 0] * fx + a[:, 0, 1] * fy + a[:, 0, 2]
+        my = a[:, 1, 0] * fx + a[:, 1, 1] * fy + a[:, 1, 2]
+        if look.size:  # a point the walk left outside its triangle (a fold): the triangle's nearest source
+            lam = np.einsum("nkj,nj->nk", bary[tri[look]], np.stack([fx[look], fy[look], np.ones(look.size)], 1))
+            off = lam.min(1) < -1e-3
+            if off.any():
+                w = np.clip(lam[off], 0.0, None)
+                w /= np.maximum(w.sum(1, keepdims=True), 1e-9)
+                src = np.einsum("nk,nkd->nd", w, self._src[self.triangles[tri[look[off]]]])
+                mx[look[off]], my[look[off]] = src[:, 0], src[:, 1]
+        mx, my = mx.reshape(qx.shape), my.reshape(qx.shape)
         x0, y0 = gx0 * GRID, gy0 * GRID
         x1 = min(int(self._grid[gx1 - 1]) + 1, self.size)
         y1 = min(int(self._grid[gy1 - 1]) + 1, self.size)
@@ -487,6 +535,8 @@ class PhotoRig:
         if block is None:
             return out
         x0, y0, x1, y1, bx, by = block
+        np.clip(bx, 0, self.size - 1, out=bx)  # the grid's last points lie a pixel or so past the edge
+        np.clip(by, 0, self.size - 1, out=by)
         # Where the map is the identity (closer than remap's 1/32-pixel grid to a pixel centre), remap
         # returns the photo's own pixels exactly: what does not move needs no copying back.
         out[y0:y1, x0:x1] = cv2.remap(self.image, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
@@ -502,6 +552,18 @@ class PhotoRig:
         elif press > 0:  # lips that meet in the photo already: pressed, the line between them deepens
             press_line(out, lm, press)
         return out
+
+    def source_map(self, motion: FaceMotion) -> np.ndarray:
+        """(S, S, 2) float32: where in the photo crop each output pixel of ``motion`` is drawn from
+        (x, y), before any clamping; the identity where nothing moves. A pixel whose source lies
+        more than half a pixel outside the crop would be an invented one."""
+        g = np.arange(self.size, dtype=np.float32)
+        maps = np.stack(np.meshgrid(g, g, indexing="xy"), axis=-1)
+        block = self._warp_block(self._move(motion)[1])
+        if block is not None:
+            x0, y0, x1, y1, bx, by = block
+            maps[y0:y1, x0:x1, 0], maps[y0:y1, x0:x1, 1] = bx, by
+        return maps
 
     def _head_affine(self, motion: FaceMotion) -> np.ndarray:
         """2x3: rest pixels to this frame's, for points at the teeth's depth (the head's turn and shift)."""

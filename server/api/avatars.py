@@ -6,15 +6,16 @@ file in the upload folder and counted as it arrives (413 ``MAX_VIDEO_BYTES`` pas
 deleted; ``server.api.clip_upload``); the upload holds an enrolment slot from before its body is
 read (429 at once when none is free). It answers 202 once the clip is in: the
 enrolment runs in the background and ``GET /v1/avatars/{name}`` shows its stage and progress,
-then the stored avatar (or the one-line reason it failed). ``GET /v1/avatars`` lists the
-store, ``DELETE /v1/avatars/{name}`` removes one. With a server token set, every call needs it.
+then the stored avatar (or the one-line reason it failed), and ``GET /v1/avatars/{name}/face``
+its rest frame (the face a session animates). ``GET /v1/avatars`` lists the store,
+``DELETE /v1/avatars/{name}`` removes one. With a server token set, every call needs it.
 A stored avatar is a session's ``avatar``: ``POST /v1/sessions {"avatar": NAME}``.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 
 from server.api.clip_upload import receive_clip
 from server.api.limits import bearer, client_key
@@ -54,6 +55,14 @@ def create_router() -> APIRouter:
     @router.get("/{name}", responses=errors)
     async def describe(name: str, request: Request) -> dict:
         return _personal(request).describe(name)
+
+    @router.get("/{name}/face", responses=errors, response_class=FileResponse)
+    async def face(name: str, request: Request) -> FileResponse:
+        """The stored avatar's rest frame (512² PNG): the face its sessions animate."""
+        store = _personal(request).store
+        if name not in store:
+            raise ApiError(404, "unknown_avatar", f"no avatar named {name!r}")
+        return FileResponse(store.root / name / "rest.png", media_type="image/png")
 
     @router.delete("/{name}", status_code=204, responses=errors)
     async def remove(name: str, request: Request) -> Response:

@@ -106,7 +106,7 @@ class SessionManager:
         except EngineError as exc:
             if exc.code in ("at_capacity", "engine_unavailable"):
                 self.metrics.sessions_rejected.labels(exc.code).inc()
-                raise ApiError(503, exc.code, exc.message) from None
+                raise ApiError(503, exc.code, exc.message, retry_after=exc.retry_after_s) from None
             raise ApiError(400, "bad_image" if photo is not None else "bad_avatar", exc.message) from None
         record_dir = self.settings.record_dir if options.record else None
         session = Session(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
