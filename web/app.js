@@ -2,7 +2,9 @@
 // No build step; plain ES module. `window.avatarDemo` exposes state for debugging and tests.
 
 import { personalAvatars } from "./enrol.js";
+import { FacePicker } from "./face.js";
 import { livePlots } from "./plots.js";
+import { plainWords, qualityWords } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
 // Options come from the query and the fragment (the fragment wins). Links carry the token in the
@@ -17,7 +19,7 @@ const attached = params.get("session") && params.get("token")
 
 const state = {
   info: null, session: null, pc: null, ws: null, mic: null,
-  startedAt: 0, stats: {}, events: [], timers: [],
+  startedAt: 0, stats: {}, events: [], timers: [], logged: 0,
   speaking: new Set(), userSpeaking: false, activity: "off", attached,
 };
 state.plots = livePlots($("plots"), { misses: { color: "#dc2626" }, rtt: { color: "#16a34a" } });
@@ -36,9 +38,12 @@ function showMessage(text, isError = false) {
   el.classList.toggle("error", isError);
 }
 
+// The event log, newest first; each item keeps the number it came with (1, 2, … however many).
 function log(text, kind = "") {
   const item = document.createElement("li");
-  item.textContent = `${(performance.now() / 1000).toFixed(2)}s ${text}`;
+  const number = Object.assign(document.createElement("span"), { className: "n", textContent: `${++state.logged}.` });
+  item.append(number, ` ${(performance.now() / 1000).toFixed(2)}s ${text}`);
+  item.value = state.logged;
   if (kind) item.className = kind;
   const list = $("log");
   list.prepend(item);
@@ -57,26 +62,34 @@ async function api(path, { method = "GET", body, token } = {}) {
   });
   if (res.status === 204) return null;
   const data = await res.json().catch(() => ({}));
-  if (!res.ok) {
-    const err = data.error || {};
-    const error = new Error(`${err.message || res.statusText} (${res.status}${err.code ? ` ${err.code}` : ""})`);
-    error.code = err.code;
-    error.retryAfter = Number(res.headers.get("Retry-After"));
-    throw error;
-  }
+  if (!res.ok) throw apiError(res, data);
   return data;
 }
 
-// A worker that just admitted a session measures it for a moment before it admits the next
-// (503 at_capacity with a short Retry-After): a page that arrives then waits its turn.
-async function createSession(body, token, attempts = 4) {
+// An error answer as an Error: the server's message, its code and status, its Retry-After.
+function apiError(res, data) {
+  const err = data.error || {};
+  const error = new Error(err.message || res.statusText);
+  error.code = err.code;
+  error.status = res.status;
+  error.retryAfter = Number(res.headers.get("Retry-After")) || 0;
+  return error;
+}
+
+// The server answers a creation once it can: where its engine is still measuring the session it
+// admitted last, it holds the request until then. Should it still answer 503 with a short
+// Retry-After (a worker another web process just gave a session), the page says why, and waits.
+async function createSession(body, token, attempts = 3) {
   for (let attempt = 1; ; attempt++) {
     try {
       return await api("/v1/sessions", { method: "POST", token, body });
     } catch (err) {
       if (err.code !== "at_capacity" || !(err.retryAfter <= 5) || attempt >= attempts) throw err;
-      setStatus(`server busy: trying again in ${err.retryAfter} s`, "connecting");
+      setStatus(`waiting ${err.retryAfter} s for room`, "connecting");
+      showMessage(plainWords(err).replace(/Try again in .*$/, `Trying again in ${err.retryAfter} s…`));
+      log(`server busy (${err.code}): ${err.message}; trying again in ${err.retryAfter} s`);
       await new Promise((resolve) => setTimeout(resolve, err.retryAfter * 1000));
+      showMessage("");
     }
   }
 }
@@ -86,10 +99,9 @@ async function loadInfo() {
   const fill = (select, values, chosen) => {
     select.replaceChildren(...values.map((v) => new Option(v, v, false, v === chosen)));
   };
-  const avatars = [...state.info.avatars, ...(state.info.personal_avatars || [])];
-  fill($("avatar"), avatars, params.get("avatar") || state.info.avatars[0]);
+  state.faces.load(state.info, params.get("avatar"));
+  $("faces").hidden = Boolean(state.attached);
   $("enrol").hidden = !state.info.reference_images || Boolean(state.attached);
-  $("image-label").hidden = !state.info.reference_images;
   $("drawn-label").hidden = !state.info.reference_images;  // only a generating engine draws
   $("drawn").checked = params.has("drawn") ? params.get("drawn") !== "0" : Boolean(state.info.drawn);
   fill($("quality"), state.info.presets, params.get("quality") || state.info.default_preset);
@@ -147,21 +159,19 @@ async function openMicrophone(mode) {
   }
 }
 
-// A bundled avatar by name (drawn or decoded), or the portrait picked in the file input (base64,
-// as the API takes it).
-async function chosenAvatar() {
-  const file = $("image").files?.[0];
-  if (!file) {
-    const drawn = $("drawn-label").hidden ? {} : { drawn: $("drawn").checked };
-    return { avatar: $("avatar").value || null, ...drawn };
-  }
-  if (file.size > state.info.max_image_bytes) {
-    throw new Error(`The image is over ${Math.round(state.info.max_image_bytes / 1024)} KiB.`);
-  }
-  const bytes = new Uint8Array(await file.arrayBuffer());
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return { image: btoa(binary) };
+// The active face's session options ("sharp (drawn)" only where it applies: a bundled drawn avatar).
+function chosenAvatar() {
+  return state.faces.sessionOptions($("drawn-label").hidden ? undefined : $("drawn").checked);
+}
+
+// Controls that do not apply to the active face are disabled, with the reason beside them.
+function syncFaceControls() {
+  const drawnApplies = state.faces.active?.kind === "drawn";
+  $("drawn").disabled = Boolean(state.session) || !drawnApplies;
+  $("drawn-why").hidden = drawnApplies || $("drawn-label").hidden;
+  $("drawn-label").title = drawnApplies
+    ? "a bundled avatar drawn by its renderer at the generated motion: sharper eyes, hair and teeth"
+    : "sharp applies to the bundled drawn avatars only";
 }
 
 function waitForIceGathering(pc, hostOnly, timeoutMs = 2000) {
@@ -224,7 +234,17 @@ function onEvent(ev) {
   state.events.push(ev);
   if (state.events.length > 500) state.events.shift();
   switch (ev.type) {
-    case "metrics":
+    case "metrics": {
+      const missed = ev.deadline_misses - (state.stats.server?.deadline_misses ?? 0);
+      if (state.stats.server && missed > 0) {
+        log(`${missed} frame${missed === 1 ? "" : "s"} came late (the engine fell behind): the picture held `
+          + `still for about ${Math.round((missed * 1000) / (ev.fps || 25))} ms`, "warn");
+      }
+      const was = state.stats.server?.playout_delay_ms;
+      if (was !== undefined && Math.abs(ev.playout_delay_ms - was) >= 100) {
+        log(`playout delay ${ev.playout_delay_ms > was ? "raised" : "lowered"} to ${ev.playout_delay_ms.toFixed(0)} ms `
+          + `(${ev.playout_delay_ms > was ? "frames arrive less evenly" : "frames arrive evenly again"})`);
+      }
       $("s-delay").textContent = `${ev.playout_delay_ms.toFixed(0)} ms (buffer ${ev.buffer_depth} frames)`;
       $("s-misses").textContent = `${ev.deadline_misses}`;
       $("s-av").textContent = `${ev.av_offset_ms.toFixed(0)} ms`;
@@ -233,12 +253,17 @@ function onEvent(ev) {
       state.plots.misses.push(Math.max(0, ev.deadline_misses - (state.stats.server?.deadline_misses ?? 0)));
       state.stats.server = ev;
       break;
+    }
+    case "quality":
+      log(qualityWords(ev), ev.reason === "overload" ? "warn" : "");
+      $("s-quality").textContent = `${ev.name}${ev.reason === "overload" ? " (lowered to keep up)" : ""}`;
+      break;
     case "pong":
       state.stats.controlRttMs = Date.now() - Number(ev.id);
       break;
     case "error":
       log(`error ${ev.code}: ${ev.message}`, "error");
-      showMessage(ev.message, true);
+      showMessage(plainWords(ev), true);
       break;
     case "playback.started":
       state.speaking.add(ev.utterance_id);
@@ -259,7 +284,8 @@ function onEvent(ev) {
       break;
     case "session.ready":
       if (ev.mode !== $("mode").value) { $("mode").value = ev.mode; syncVoiceDefault(); }
-      log(`session ready (${ev.mode} mode, ${ev.width}×${ev.height} at ${ev.fps} fps)`);
+      log(`session ready: ${state.faces.active?.label || ev.avatar || "avatar"}, ${ev.mode} mode, `
+        + `${ev.width}×${ev.height} at ${ev.fps} fps`);
       break;
     default:
       log(`${ev.type}${ev.utterance_id ? ` ${ev.utterance_id}` : ""}${ev.duration_s !== undefined ? ` ${ev.duration_s.toFixed(1)} s` : ""}`);
@@ -304,10 +330,15 @@ function setRunning(running) {
   $("interrupt").disabled = !running || Boolean(state.attached);
   $("mode").disabled = Boolean(state.attached);
   $("barge-in").disabled = Boolean(state.attached);
-  $("avatar").disabled = running;
-  $("drawn").disabled = running;
-  $("image").disabled = running;
+  state.faces.setEnabled(!running);
   $("quality").disabled = running;
+  syncFaceControls();
+}
+
+// The stats panel and the plots as for no session: nothing from the last one stays on screen.
+function resetStats() {
+  document.querySelectorAll(".stats dd").forEach((dd) => { dd.textContent = "–"; });
+  Object.values(state.plots).forEach((plot) => plot.clear());
 }
 
 // The server paces its frames against deadlines already: ask the browser to hold as little
@@ -341,16 +372,28 @@ async function preparePeer(iceServers) {
       if (state.pc === pc && err.name === "NotAllowedError") showMessage("Click the video to start playback.");
     });
   };
+  let lostAt = null;
   pc.onconnectionstatechange = () => {
     if (state.pc !== pc) return;  // a connection being torn down says nothing about the page
     const st = pc.connectionState;
-    if (st === "connected") { mark("connected"); setStatus("live"); showMessage(""); setActivity(); }
+    if (st === "connected") {
+      mark("connected"); setStatus("live"); showMessage(""); setActivity();
+      if (lostAt !== null) log(`connection restored after ${((performance.now() - lostAt) / 1000).toFixed(1)} s`);
+      else log("connected: the avatar's video is on its way");
+      lostAt = null;
+    }
     if (st === "failed") {
       setStatus("failed", "error");
+      log("connection failed: no media path to the server", "error");
       showMessage("The media connection failed. If the server runs on another machine or behind NAT, "
         + "start it with a STUN/TURN server (--ice-server).", true);
     }
-    if (st === "disconnected") showMessage("Connection interrupted… trying to recover.");
+    if (st === "disconnected") {
+      lostAt = performance.now();
+      setStatus("reconnecting", "connecting");
+      log("connection interrupted: trying to reconnect", "warn");
+      showMessage("Connection interrupted… trying to recover.");
+    }
   };
   await pc.setLocalDescription(await pc.createOffer());
   await waitForIceGathering(pc, !iceServers.length);
@@ -359,11 +402,12 @@ async function preparePeer(iceServers) {
 
 async function start() {
   showMessage("");
+  state.faces.error("");
   setStatus("connecting");
   setRunning(true);
   state.startedAt = performance.now();
   state.stats = { startedFromLoadMs: Math.round(state.startedAt) };
-  Object.values(state.plots).forEach((plot) => plot.clear());
+  resetStats();
   state.speaking.clear();
   state.userSpeaking = false;
   const mode = $("mode").value;
@@ -376,6 +420,12 @@ async function start() {
       mode, quality: $("quality").value || null, ...(await chosenAvatar()),
       barge_in: $("barge-in").checked,
     }, token);
+    // A creation the server holds (its engine measures the session admitted just before) is said so.
+    const slow = setTimeout(() => {
+      setStatus("waiting for room", "connecting");
+      showMessage("The server is making room for this session: it measures the session that started just before.");
+    }, 1000);
+    created.finally(() => clearTimeout(slow)).catch(() => {});
     micOpening = openMicrophone(mode);
     micOpening.catch(() => {});  // awaited below, once the connection is under way
     // With no STUN/TURN servers configured the session's ICE servers are known to be none, so
@@ -384,6 +434,8 @@ async function start() {
     early?.catch(() => {});  // awaited below, unless the session cannot be created
     state.session = await created;
     mark("session");
+    setStatus("connecting");
+    showMessage("");
     state.ws = openControl(state.session);
     const { pc, micSlot } = await (early || preparePeer(state.session.ice_servers || []));
     mark("gathered");
@@ -403,8 +455,10 @@ async function start() {
   } catch (err) {
     if (!state.mic) micOpening?.then((m) => m?.getTracks().forEach((t) => t.stop())).catch(() => {});
     setStatus("error");
-    showMessage(`Could not start: ${err.message}`, true);
-    log(`start failed: ${err.message}`);
+    const words = plainWords(err);
+    showMessage(`Could not start: ${words}`, true);
+    if (err.code === "bad_image" || err.code === "image_too_large") state.faces.error(words);
+    log(`start failed${err.code ? ` (${err.code}${err.status ? ` ${err.status}` : ""})` : ""}: ${err.message}`, "error");
     await stop({ keepMessage: true });
   }
 }
@@ -424,6 +478,9 @@ async function stop({ keepMessage = false } = {}) {
   pc?.close();
   mic?.getTracks().forEach((t) => t.stop());
   $("video").srcObject = null;
+  if (session) log("stopped");
+  state.stats = {};
+  resetStats();
   setRunning(false);
   if (!keepMessage) { setStatus("idle"); showMessage(""); }
 }
@@ -465,15 +522,15 @@ function wire() {
   });
 }
 
+state.faces = new FacePicker({
+  $, api, log, token: () => $("token").value || null,
+  onChange: (face) => { syncFaceControls(); log(`face: ${face.label}`); },
+});
 wire();
 personalAvatars({
   $, api, authHeaders, log, token: () => $("token").value || null,
   ...(params.get("record_seconds") ? { recordSeconds: Number(params.get("record_seconds")) } : {}),
-  onReady: (name) => {
-    if (![...$("avatar").options].some((o) => o.value === name)) $("avatar").add(new Option(name, name));
-    $("avatar").value = name;
-    $("image").value = "";
-  },
+  onReady: (name) => state.faces.addPersonal(name),
 });
 loadInfo()
   .then(() => { if (params.get("autostart") === "1") start(); })

@@ -51,6 +51,8 @@ OPEN_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = (0.5, 30.0)
 # A node's web process reconnects to a shared worker the node is restarting: it tries again soon.
 RECONNECT_BACKOFF_S = (0.5, 2.0)
+# How long past its settle window a worker's next report may take (it reports every 0.5 s).
+MEASURE_REPORT_S = 1.0
 
 
 class WorkerLink:
@@ -76,6 +78,8 @@ class WorkerLink:
         self.progress_at = time.monotonic()  # when the batch count last moved (or nothing was due)
         self._opening: dict[str, asyncio.Future[SessionOpened]] = {}
         self.opened_at = -math.inf  # when the newest session opened (see WorkerOptions.settle_s)
+        self.reported_at = -math.inf  # when the latest WorkerStats came
+        self._report = asyncio.Event()  # set at each WorkerStats, then replaced: one wait per report
 
     def start(self) -> None:
         self.handle = handle = self._make(self.options)
@@ -90,7 +94,7 @@ class WorkerLink:
     def free(self) -> int:
         """Capacity left: the sessions the worker last said it can hold in real time, less those
         open or opening on it now (its report may predate the latest opens and closes)."""
-        if self.stats is None or self.settling > 0:
+        if self.stats is None or not self.measured:
             return 0
         return self.stats.capacity + self.stats.client_sessions - len(self.streams) - len(self._opening)
 
@@ -100,6 +104,25 @@ class WorkerLink:
         if not self.streams and not self._opening:
             return 0.0
         return max(0.0, self.opened_at + self.options.settle - time.monotonic())
+
+    @property
+    def measured(self) -> bool:
+        """Settled, and (where there is a settle window) reported on since: the capacity the
+        worker last reported counts its newest session's live cost."""
+        settle = self.options.settle
+        if settle <= 0:
+            return True
+        if self._opening:  # its open is on the way: a new settle window starts with it
+            return False
+        return self.settling <= 0 and (not self.streams or self.reported_at >= self.opened_at + settle)
+
+    async def measure(self) -> None:
+        """Until :attr:`measured` (the settle window, then the worker's next report)."""
+        while not self.measured and self.alive:
+            if self.settling > 0:
+                await asyncio.sleep(self.settling)
+            else:
+                await self._report.wait()
 
     @property
     def load(self) -> float:
@@ -127,7 +150,9 @@ class WorkerLink:
             case WorkerStats():
                 if self.stats is None or msg.batches != self.stats.batches or not msg.due:
                     self.progress_at = self.last_heard
-                self.stats = msg
+                self.stats, self.reported_at = msg, self.last_heard
+                self._report.set()
+                self._report = asyncio.Event()
                 for sid, nbytes in msg.state_bytes.items():
                     if sid in self.streams:
                         self.streams[sid].state_bytes = nbytes
@@ -363,18 +388,34 @@ class WorkerPool(EngineClient):
                         link._ended("no progress")
 
     async def open(self, spec: SessionSpec, session: str | None = None) -> EngineStream:
-        ready = [link for link in self.links if link.alive]
-        if not ready:
-            raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
-        best = min(ready, key=lambda link: (link.load, -link.free))
-        if best.free <= 0:
-            settling = [link.settling for link in ready if link.settling > 0]
-            if settling:
-                wait = math.ceil(min(settling))
+        """On the least loaded worker with room. Where the only thing in the way is a worker still
+        measuring its newest session (``WorkerOptions.settle_s``, then its next report), the open
+        waits for that measure, up to one settle window and a report, and is then admitted or
+        refused: the client gets one answer instead of a refusal to retry."""
+        deadline = None
+        while True:
+            ready = [link for link in self.links if link.alive]
+            if not ready:
+                raise EngineError("engine_unavailable", "no engine worker is running; see the server log")
+            best = min(ready, key=lambda link: (link.load, -link.free))
+            if best.free > 0:
+                return await best.open(spec, session)
+            measuring = [link for link in ready if not link.measured]
+            if not measuring:
+                raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + max(link.options.settle for link in measuring) + MEASURE_REPORT_S
+            if now >= deadline:
+                wait = max(1, math.ceil(min(link.settling for link in measuring)))
                 raise EngineError("at_capacity", "every engine worker is at its real-time capacity or measuring "
                                   f"its newest session; try again in {wait} s", retry_after_s=wait)
-            raise EngineError("at_capacity", "every engine worker is at its real-time capacity; try again later")
-        return await best.open(spec, session)
+            waits = [asyncio.ensure_future(link.measure()) for link in measuring]
+            try:
+                await asyncio.wait(waits, timeout=deadline - now, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
 
     def workers(self) -> list[WorkerView]:
         now = time.monotonic()
