@@ -238,7 +238,7 @@ function onEvent(ev) {
       const missed = ev.deadline_misses - (state.stats.server?.deadline_misses ?? 0);
       if (state.stats.server && missed > 0) {
         log(`${missed} frame${missed === 1 ? "" : "s"} came late (the engine fell behind): the picture held `
-          + `still for about ${Math.round((missed * 1000) / (ev.fps || 25))} ms`, "warn");
+          + `still for about ${Math.round((missed * 1000) / (state.info?.fps || 25))} ms`, "warn");
       }
       const was = state.stats.server?.playout_delay_ms;
       if (was !== undefined && Math.abs(ev.playout_delay_ms - was) >= 100) {
@@ -434,6 +434,7 @@ async function start() {
     early?.catch(() => {});  // awaited below, unless the session cannot be created
     state.session = await created;
     mark("session");
+    $("s-quality").textContent = `${$("quality").value || state.info.default_preset} preset, full quality`;
     setStatus("connecting");
     showMessage("");
     state.ws = openControl(state.session);

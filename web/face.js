@@ -100,7 +100,8 @@ export class FacePicker {
   describe() {
     const { kind, name, label } = this.active;
     const what = { drawn: "drawn avatar", portrait: "portrait", photo: "", personal: "your avatar" }[kind];
-    this.$("face-active").textContent = `Streaming: ${label}${what ? ` (${what})` : ""}`;
+    const running = this.$("faces").classList.contains("live");
+    this.$("face-active").textContent = `${running ? "Streaming" : "Chosen"}: ${label}${what ? ` (${what})` : ""}`;
     const portrait = kind === "portrait" ? (this.info.portraits || []).find((p) => p.name === name) : null;
     this.$("face-credit").textContent = portrait
       ? `${portrait.label || portrait.name}: ${portrait.attribution || ""}${portrait.licence ? ` — ${portrait.licence}` : ""}` : "";
@@ -194,9 +195,12 @@ export class FacePicker {
     return { image: btoa(binary) };
   }
 
+  /** While a session runs its face is fixed: the picker is disabled, and says so. */
   setEnabled(enabled) {
     this.$("face-list").querySelectorAll("button").forEach((b) => { b.disabled = !enabled; });
     this.$("image").disabled = !enabled;
     this.$("faces").title = enabled ? "" : "Stop the session to change the face";
+    this.$("faces").classList.toggle("live", !enabled);
+    if (this.active) this.describe();
   }
 }

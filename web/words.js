@@ -53,7 +53,8 @@ function busyWords(err) {
   const m = (err.message || "").toLowerCase();
   if (m.includes("limit of")) {
     const cap = /limit of (\d+)/.exec(m)?.[1];
-    return `The server is full: it serves at most ${cap ? `${cap} sessions` : "a set number of sessions"} and all are in use.${wait(err)}`;
+    const most = cap === "1" ? "one session" : cap ? `${cap} sessions` : "a set number of sessions";
+    return `The server is full: it serves at most ${most} and ${cap === "1" ? "it is" : "all are"} in use.${wait(err)}`;
   }
   if (m.includes("event loop")) {
     return `The server is busy: its network side is fully used by the sessions it serves.${wait(err)}`;
