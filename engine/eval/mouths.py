@@ -185,9 +185,10 @@ def mouth_checks(photo: PhotoAvatar, seed: int = 0) -> MouthChecks:
 
     eases = None
     if rig.lips.smile > 0.3:
-        rest = _lift(read(rig.render(FaceMotion())))
+        # The same openings talking and silent: a photo whose rest closes its lips opens from there.
+        silent = np.mean([_lift(read(rig.render(FaceMotion(jaw_open=j)))) for j in (0.0, 0.2, 0.4)])
         talking = np.mean([_lift(read(rig.render(FaceMotion(jaw_open=j, talking=1.0)))) for j in (0.0, 0.2, 0.4)])
-        eases = float(talking / rest) if abs(rest) > 1e-6 else None
+        eases = float(talking / silent) if abs(silent) > 1e-6 else None
     return MouthChecks(rigidity=rigidity, brightest_over_eye_whites=brightest - reference, darkest_share=darkest,
                        chin_r=chin_r, smile=float(rig.lips.smile), smile_eases=eases)
 

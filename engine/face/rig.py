@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from engine.face.expression import RELAX_CLOSE, lip_bases
+from engine.face.expression import PARTED, RELAX_CLOSE, lip_bases
 from engine.face.footage import FootageMouth, MouthBank
 from engine.face.landmarks import (
     FACE_OVAL,
@@ -51,7 +51,7 @@ from engine.face.landmarks import (
     UPPER_LIP_CENTER,
     Face,
 )
-from engine.face.mouth import MouthFrame, MouthInterior, press_line
+from engine.face.mouth import MouthFrame, MouthInterior, press_line, smooth_contour
 from engine.face.palette import mouth_palette
 from engine.puppet import FaceState
 
@@ -72,6 +72,9 @@ GRID = 4
 DEPTH_SCALE = 0.6
 # Closed lips keep this share of a rest gap between them: the mesh's triangles there keep an area.
 CLOSE_MAX = 0.96
+GAP_FRINGE = 0.04  # mouth widths around a parted photo's inner lips filled with lip (``_lips_over_gap``)
+REST_LINE = 0.5  # how dark the line between lips closed at rest shows (a press is 1)
+JAW_RISE = 0.7  # the share of a wide rest gap (a mouth open in the photo) that the jaw closes
 TEETH_JAW_FOLLOW = 0.8  # the lower teeth drop this fraction of the lower lip's drop (the lip drops further)
 TEETH_BEHIND_LIPS = 0.12  # the teeth's front, behind the lips, in mouth widths (~6 mm)
 HEAD_MOTION = ("yaw", "pitch", "roll", "tx", "ty")
@@ -275,16 +278,21 @@ class PhotoRig:
         self._depth = DEPTH_SCALE * (np.minimum(lm[:, 2], z_plane) - 0.5 * z_plane)
         self.pivot = np.array([*self.face_center, 0.0])
 
-        # Expression bases (per landmark, (N, 2) pixels at full strength).
-        rel = xy - mc
+        # Expression bases (per landmark, (N, 2) pixels at full strength), about the face at rest: the
+        # photo's own landmarks, or, where its lips are apart (a photo taken mid-word, a smile on its
+        # teeth), those lips brought together, so silence and "p", "b", "m" close on every photo.
+        self._rest = self._closed_rest(xy, mc, eu, ev, mouth_w)
+        rest_xy = xy + self._rest
+        rest_mc = rest_xy[list(LIPS_INNER_UPPER + LIPS_INNER_LOWER)].mean(0)
+        rel = rest_xy - rest_mc
         u, v = rel @ eu, rel @ ev
-        self._jaw = self._jaw_basis(xy, u, v, hw) * (JAW_SCALE * mouth_w)
+        self._jaw = self._jaw_basis(rest_xy, u, v, hw) * (JAW_SCALE * mouth_w)
         width = np.zeros((NUM_LANDMARKS, 2))
         wgt = np.exp(-((u / (1.6 * hw)) ** 2 + (v / (0.9 * hw)) ** 2))
         width += (WIDTH_SCALE * u * wgt)[:, None] * eu
         self._width = width
         self._blink = self._blink_basis(xy)
-        self.lips = lip_bases(xy, mc, eu, ev, mouth_w)
+        self.lips = lip_bases(rest_xy, rest_mc, eu, ev, mouth_w)
 
         # Rings around the oval and the frame border.
         oval = xy[list(FACE_OVAL)]
@@ -315,7 +323,7 @@ class PhotoRig:
         self._ring1_z = self._depth[ring1_oval]
 
         opened = pts.copy()
-        opened[:n_lm] += self._jaw[self._keep]
+        opened[:n_lm] += self._rest[self._keep] + self._jaw[self._keep]
         opened[n_lm : self._n_moving] += self._ring1_jaw
         opened = self._follow(opened)
         self.triangles = _lip_ladder(_delaunay(opened, s), opened, self._keep)
@@ -344,6 +352,7 @@ class PhotoRig:
         self.motion_region = cv2.dilate(region, np.ones((2 * GRID - 1,) * 2, np.uint8)).astype(bool)
         """(S, S) bool: the only pixels any motion can change (the triangles with a moving corner)."""
         self.palette = mouth_palette(image, lm)
+        self._warped = _lips_over_gap(image, xy, mouth_w) if self._rest.any() else image
         drawn = MouthInterior(image, lm, MouthFrame(mc, eu, ev, mouth_w), self.palette)
         self.mouth: MouthInterior | FootageMouth = drawn if mouths is None else FootageMouth(mouths, drawn)
         self.sway = float(sway)
@@ -371,6 +380,23 @@ class PhotoRig:
         w = m * g
         w /= max(w[LOWER_LIP_CENTER], 1e-6)
         return w[:, None] * self._ev
+
+    def _closed_rest(self, xy: np.ndarray, mc: np.ndarray, eu: np.ndarray, ev: np.ndarray,
+                     mouth_w: float) -> np.ndarray:
+        """(468, 2) offsets that bring lips apart in the photo together (zero where they meet): the
+        jaw rises to close most of a wide gap (a mouth open mid-word), the inner lips then meet pair
+        by pair (all of a smile's narrow gap); what lay between them is kept behind the lips and shows
+        again when the mouth opens."""
+        rel = xy - mc
+        u, v = rel @ eu, rel @ ev
+        up, lo = xy[UPPER_LIP_CENTER], xy[LOWER_LIP_CENTER]
+        gap = float((lo - up) @ ev)
+        if gap <= PARTED * mouth_w:
+            return np.zeros_like(xy)
+        rise = JAW_RISE * float(_smoothstep((gap / mouth_w - 0.05) / 0.15)) * gap
+        raised = -rise * self._jaw_basis(xy, u, v, mouth_w / 2)
+        closed = lip_bases(xy + raised, mc, eu, ev, mouth_w).close
+        return raised + CLOSE_MAX * closed
 
     def _blink_basis(self, xy: np.ndarray) -> np.ndarray:
         d = np.zeros((NUM_LANDMARKS, 2))
@@ -407,7 +433,7 @@ class PhotoRig:
 
     def _folds(self, offsets: np.ndarray, jaw: float) -> bool:
         pts = self._src.copy()
-        pts[: self._n_lm] += offsets[self._keep]
+        pts[: self._n_lm] += (self._rest + offsets)[self._keep]
         pts[self._n_lm : self._n_moving] += jaw * self._ring1_jaw
         return bool((_signed_areas(pts[self._lip_triangles]) <= 0).any())
 
@@ -420,7 +446,7 @@ class PhotoRig:
         n, n1 = self._n_lm, self._n_moving
         lm = self._lm.copy()
         offsets, close = self._lip_offsets(m)
-        lm[:, :2] += offsets
+        lm[:, :2] += self._rest + offsets
         lm[:, 2] = self._depth
         if m.yaw or m.pitch or m.roll or m.tx or m.ty:
             lm = self._turn(lm, m)
@@ -539,7 +565,7 @@ class PhotoRig:
         np.clip(by, 0, self.size - 1, out=by)
         # Where the map is the identity (closer than remap's 1/32-pixel grid to a pixel centre), remap
         # returns the photo's own pixels exactly: what does not move needs no copying back.
-        out[y0:y1, x0:x1] = cv2.remap(self.image, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        out[y0:y1, x0:x1] = cv2.remap(self._warped, bx, by, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         jaw = _clip(motion.jaw_open, 0, 1)
         press = _clip(motion.press, 0, 1)
         if jaw > 0 or (close > 0 and self.lips.parted):
@@ -549,8 +575,8 @@ class PhotoRig:
             # What a press leaves of a gap (a smile's own, closing): the lips meet there.
             meeting = min(press, close / CLOSE_MAX) * (1 - opening)
             self.mouth.paint(out, lm, skull, drop, max(opening, meeting), meeting)
-        elif press > 0:  # lips that meet in the photo already: pressed, the line between them deepens
-            press_line(out, lm, press)
+        elif press > 0 or self._rest.any():  # lips that meet (in the photo, or at the closed rest): the
+            press_line(out, lm, max(press, REST_LINE))  # line between them shows, deeper when pressed
         return out
 
     def source_map(self, motion: FaceMotion) -> np.ndarray:
@@ -566,10 +592,12 @@ class PhotoRig:
         return maps
 
     def _head_affine(self, motion: FaceMotion) -> np.ndarray:
-        """2x3: rest pixels to this frame's, for points at the teeth's depth (the head's turn and shift)."""
+        """2x3: the photo's pixels to this frame's, for points at the teeth's depth (the head's turn and
+        shift; the teeth hang from the upper lip, lowered a little where the rest closes the lips)."""
         f = self.mouth.frame
         rest = np.array([f.centre, f.centre + f.width * f.eu, f.centre + f.width * f.ev])
-        moved = self._turn(np.concatenate([rest, np.full((3, 1), self._teeth_depth)], 1), motion)
+        hung = rest + self._rest[UPPER_LIP_CENTER]
+        moved = self._turn(np.concatenate([hung, np.full((3, 1), self._teeth_depth)], 1), motion)
         return cv2.getAffineTransform(rest.astype(np.float32), moved.astype(np.float32)).astype(np.float64)
 
     def _turn(self, points: np.ndarray, motion: FaceMotion) -> np.ndarray:
@@ -600,6 +628,19 @@ class PhotoRig:
         ``mouths``: the person's own mouth from their footage, ``sway``: how much more or less than
         the driver they move their head (a personal avatar)."""
         return cls(image, face, mouths, sway)
+
+
+def _lips_over_gap(image: np.ndarray, xy: np.ndarray, mouth_w: float) -> np.ndarray:
+    """``image`` with what shows between its parted lips (and a fringe, where the mesh's inner-lip
+    points fall short of the dark) filled in from the lips around it: the closed rest squeezes that
+    strip to a line, which then shows lip, not a dark seam; an opening mouth paints its interior over
+    it (the photo's own teeth come from the photo itself)."""
+    gap = np.concatenate([smooth_contour(xy[list(LIPS_INNER_UPPER)]), smooth_contour(xy[list(LIPS_INNER_LOWER)])[::-1]])
+    mask = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillPoly(mask, [np.round(gap).astype(np.int32)], 255, cv2.LINE_8)
+    grow = max(int(round(GAP_FRINGE * mouth_w)), 1)
+    mask = cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    return cv2.inpaint(image, mask, grow + 2, cv2.INPAINT_TELEA)
 
 
 def _rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:

@@ -41,7 +41,19 @@ def test_a_posed_smile_eases_while_talking_and_returns_at_rest(astronaut_rig):
     rest = corner_lift(measure(astronaut_rig.render(FaceMotion())))
     talking = corner_lift(measure(astronaut_rig.render(FaceMotion(talking=1.0))))
     assert talking < 0.85 * rest, (rest, talking)
-    assert np.array_equal(astronaut_rig.render(FaceMotion(talking=0.0)), astronaut_rig.image)
+    assert np.array_equal(astronaut_rig.render(FaceMotion(talking=0.0)), astronaut_rig.render(FaceMotion()))
+
+
+def test_lips_apart_in_the_photo_meet_at_rest(astronaut_rig):
+    # The astronaut smiles on her teeth: at rest her lips meet (a closed-lip smile), and the teeth
+    # come back as the mouth opens.
+    assert lip_gap(astronaut_rig._lm[:, :2]) > 10
+    assert lip_gap(astronaut_rig.moved_landmarks(FaceMotion())) < 1.0
+    assert lip_gap(measure(astronaut_rig.render(FaceMotion()))) < 0.5 * lip_gap(measure(astronaut_rig.image))
+    opened = astronaut_rig.render(FaceMotion(jaw_open=0.5, talking=1.0))
+    lm = astronaut_rig.moved_landmarks(FaceMotion(jaw_open=0.5, talking=1.0))
+    below_lip = opened[int(lm[13, 1]) + 2 : int(lm[13, 1]) + 6, int(lm[13, 0]) - 10 : int(lm[13, 0]) + 10]
+    assert below_lip.mean() > 150  # enamel under the upper lip
 
 
 def test_closing_never_folds_the_mesh(astronaut_rig):

@@ -18,12 +18,24 @@ def measure(frame: np.ndarray) -> np.ndarray:
     return face_landmarks(frame, boxes[0]).landmarks
 
 
-def test_neutral_is_the_crop_exactly(astronaut_rig, astronaut_crop):
-    crop, _ = astronaut_crop
-    out = astronaut_rig.render(FaceMotion())
-    assert out.dtype == np.uint8 and out.shape == crop.shape
-    np.testing.assert_array_equal(out, crop)
-    assert out is not crop
+def test_neutral_is_the_crop_exactly_where_the_lips_meet():
+    from engine.eval.mouths import portraits
+    from engine.photo.avatar import photo_avatar
+
+    photo = photo_avatar(dict(portraits())["grace_hopper"])  # closed lips
+    out = PhotoRig.from_photo(photo.image, photo.face).render(FaceMotion())
+    assert out.dtype == np.uint8 and out.shape == photo.image.shape
+    np.testing.assert_array_equal(out, photo.image)
+    assert out is not photo.image
+
+
+def test_neutral_of_parted_lips_changes_only_the_mouth(astronaut_rig, astronaut_crop):
+    crop, face = astronaut_crop
+    changed = np.abs(astronaut_rig.render(FaceMotion()).astype(int) - crop).max(-1) > 0
+    ys, xs = np.nonzero(changed)
+    mw = face.mouth_width
+    assert changed.any() and np.abs(xs - face.mouth_center[0]).max() < 1.5 * mw
+    assert np.abs(ys - face.mouth_center[1]).max() < 1.2 * mw
 
 
 def test_far_from_the_face_is_untouched(astronaut_rig, astronaut_crop):
@@ -176,7 +188,7 @@ def test_a_personal_avatars_sway_scales_the_head_motion(astronaut_crop):
     turned = FaceState(yaw=0.08, roll=0.04)
     nose = {}
     for sway in (1.0, 2.0):
-        frame = PhotoRig.from_photo(crop, face, sway=sway).draw(turned)
-        nose[sway] = measure(frame)[1, :2] - face.landmarks[1, :2]
+        rig = PhotoRig.from_photo(crop, face, sway=sway)
+        nose[sway] = measure(rig.draw(turned))[1, :2] - measure(rig.render(FaceMotion()))[1, :2]
     ratio = np.linalg.norm(nose[2.0]) / np.linalg.norm(nose[1.0])
     assert 1.6 < ratio < 2.4, (nose, ratio)
