@@ -2,7 +2,7 @@
 
     python bench/enrol.py [--seconds 10,60,300] [--portrait christophe_henner]
 
-Each clip is a real test portrait (``engine/eval/portraits``) talking through the photo rig,
+Each clip is a real test portrait (``engine/portraits``) talking through the photo rig,
 encoded as H.264 at 720² (``tests/personal_helpers.py``); the enrolment is timed (wall and
 this process's CPU), and the avatar stored in a temporary store to read its size on disk.
 """

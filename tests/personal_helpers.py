@@ -22,7 +22,7 @@ MARK = 5  # half-size of the mark in pixels
 
 
 def portrait_rig(name: str) -> PhotoRig:
-    """The photo rig of one of the test portraits (``engine/eval/portraits``): the person filmed."""
+    """The photo rig of one of the test portraits (``engine/portraits``): the person filmed."""
     from engine.eval.mouths import portraits
     from engine.photo.avatar import photo_avatar
 

@@ -1,7 +1,7 @@
 """How photo avatars' mouths look, on every test portrait: a contact sheet and checks that can fail.
 
 ``python -m engine.eval.mouths --sheet docs/photo_mouths.png`` draws one row per portrait
-(scikit-image's astronaut and the portraits in ``engine/eval/portraits``, sources and
+(the bundled portraits in ``engine/portraits``, the astronaut among them, sources and
 licences in its ``SOURCES.md``) and one column per mouth: at rest, half open, wide open,
 rounded ("oo") and a closed-lips consonant ("p", "b", "m"), the open ones while talking.
 It prints the checks below per portrait. ``--avatars NAME,...`` does the same for personal
@@ -45,8 +45,9 @@ from engine.face.landmarks import (
 from engine.face.palette import luminance
 from engine.face.rig import FaceMotion, PhotoRig
 from engine.photo.avatar import PhotoAvatar, photo_avatar
+from engine.portraits import FOLDER, portrait_image, portrait_names
 
-PORTRAITS_DIR = Path(__file__).with_name("portraits")
+PORTRAITS_DIR = FOLDER
 COLUMNS: tuple[tuple[str, FaceMotion], ...] = (
     ("rest", FaceMotion()),
     ("half open", FaceMotion(jaw_open=0.45, talking=1.0)),
@@ -64,13 +65,8 @@ THRESHOLDS = {
 
 
 def portraits() -> list[tuple[str, np.ndarray]]:
-    """(name, RGB image) of every test portrait: the astronaut first, then the shipped ones by name."""
-    from skimage import data
-
-    found = [("astronaut", np.ascontiguousarray(data.astronaut()))]
-    for path in sorted(PORTRAITS_DIR.glob("*.jpg")):
-        found.append((path.stem, np.ascontiguousarray(cv2.imread(str(path))[..., ::-1])))
-    return found
+    """(name, RGB image) of every bundled portrait (``engine.portraits``), the astronaut first."""
+    return [(name, np.array(portrait_image(name))) for name in portrait_names()]
 
 
 def _interior_mask(landmarks: np.ndarray, shape: tuple[int, int], erode: int = 2) -> np.ndarray:

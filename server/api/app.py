@@ -221,6 +221,10 @@ def create_app(
         base = m.engine.info
         return {
             "avatars": m.engine.avatars,
+            "portraits": [{"name": p.name, "label": p.label, "shows": p.shows, "licence": p.licence,
+                           "attribution": p.attribution, "url": f"{API}/portraits/{p.name}"}
+                          for p in m.engine.portraits],
+            "default_avatar": settings.default_avatar or m.engine.default_avatar,
             "personal_avatars": m.personal.names(),
             "reference_images": base.accepts_images,
             "drawn": settings.drawn and base.accepts_images,  # what a session gets unless it asks
@@ -236,6 +240,14 @@ def create_app(
             "height": base.frame_size[0],
             "auth_required": settings.auth_token is not None,
         }
+
+    @app.get(f"{API}/portraits/{{name}}", tags=["sessions"], response_class=FileResponse)
+    async def portrait(request: Request, name: str) -> FileResponse:
+        """A bundled portrait's JPEG (the page's picker shows it)."""
+        for p in manager(request).engine.portraits:
+            if p.name == name:
+                return FileResponse(p.path, media_type="image/jpeg")
+        raise ApiError(404, "unknown_portrait", f"no bundled portrait {name!r}")
 
     @app.post(
         f"{API}/sessions",

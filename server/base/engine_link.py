@@ -33,6 +33,7 @@ from engine.personal.enroll import MAX_BYTES as MAX_VIDEO_BYTES
 from engine.personal.enroll import EnrollError, EnrollTimeout, enroll
 from engine.personal.store import AvatarStore, StoreError
 from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
+from engine.portraits import PORTRAITS, Portrait, portrait_avatar
 from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
 from engine.service.pool import WorkerPool, worker_devices
@@ -113,6 +114,15 @@ class Engine:
     @property
     def default_avatar(self) -> str:
         return self.info.default_avatar
+
+    @property
+    def portraits(self) -> list[Portrait]:
+        """The bundled real portraits, offered where the engine animates photos."""
+        return list(PORTRAITS) if self.info.accepts_images else []
+
+    def portrait(self, name: str) -> PhotoAvatar | None:
+        """The photo avatar of the bundled portrait ``name``, or None if there is none by that name."""
+        return portrait_avatar(name) if name in {p.name for p in self.portraits} else None
 
     def workers(self) -> list[WorkerView]:
         return self.client.workers()

@@ -37,7 +37,7 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
-        self.personal = PersonalAvatars(settings.avatar_store, lambda: self.engine.avatars, settings)
+        self.personal = PersonalAvatars(settings.avatar_store, self._bundled_names, settings)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         self.loop_load = LoopLoad(settings.web_loop_budget)
@@ -84,9 +84,11 @@ class SessionManager:
                 f"unknown quality preset {preset!r}; choose one of: {', '.join(presets)}",
             )
         photo = await self.images.decode(options)
-        personal = None
+        named = None  # a photo the avatar's name stands for: a bundled portrait or a personal avatar
         if photo is None and options.avatar is not None and options.avatar not in self.engine.avatars:
-            personal = photo = await self.personal.load(options.avatar)  # the person's photo and own mouth
+            named = photo = await asyncio.to_thread(self.engine.portrait, options.avatar)
+            if photo is None:
+                named = photo = await self.personal.load(options.avatar)  # the person's photo and own mouth
             if photo is not None and not self.engine.info.accepts_images:
                 raise ApiError(400, "bad_avatar", f"the {self.engine.info.config} engine draws bundled avatars only")
         if options.avatar is None and photo is None:
@@ -96,12 +98,12 @@ class SessionManager:
                 400,
                 "bad_avatar",
                 f"unknown avatar {options.avatar!r}; choose one of: "
-                f"{', '.join(self.engine.avatars + self.personal.names())}",
+                f"{', '.join(self.engine.avatars + [p.name for p in self.engine.portraits] + self.personal.names())}",
             )
         sid = "s_" + secrets.token_hex(8)
         try:
             drawn = self.settings.drawn if options.drawn is None else options.drawn
-            driver = None if personal is not None else options.avatar  # a personal avatar moves as the default
+            driver = None if named is not None else options.avatar  # a named photo moves as the default
             link = await self.engine.open(preset, driver, photo, options.seed, name=sid, drawn=drawn)
         except EngineError as exc:
             if exc.code in ("at_capacity", "engine_unavailable"):
@@ -114,6 +116,10 @@ class SessionManager:
         session.start_engine()
         self.metrics.sessions_created.inc()
         return session
+
+    def _bundled_names(self) -> list[str]:
+        """The names bundled avatars hold (drawn ones and real portraits): no personal avatar takes one."""
+        return self.engine.avatars + [p.name for p in self.engine.portraits]
 
     def waiting_for_offer(self, session_id: str) -> bool:
         """Whether a session holds its slot with no peer yet (it counts against its client's limit)."""

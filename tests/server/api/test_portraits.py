@@ -1,0 +1,43 @@
+"""Bundled real portraits as avatars: listed with their licence, served for the picker, streamed as
+photo sessions, and their names kept from personal avatars."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from server_helpers import make_settings, running_server, wait_until
+
+from engine.portraits import PORTRAITS, portrait
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+async def test_portraits_are_listed_served_and_streamed():
+    async with running_server(make_settings()) as srv:
+        info = (await srv.http.get("/v1/info")).json()
+        listed = {p["name"]: p for p in info["portraits"]}
+        assert list(listed) == [p.name for p in PORTRAITS]
+        for p in PORTRAITS:
+            assert listed[p.name]["licence"] == p.licence and p.label in listed[p.name]["label"]
+            assert listed[p.name]["attribution"]
+        assert info["default_avatar"] in info["avatars"] + list(listed)
+
+        res = await srv.http.get(listed["grace_hopper"]["url"])
+        assert res.status_code == 200 and res.headers["content-type"] == "image/jpeg"
+        assert res.content == portrait("grace_hopper").path.read_bytes()
+        missing = await srv.http.get("/v1/portraits/nobody")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_portrait"
+
+        res = await srv.http.post("/v1/sessions", json={"avatar": "grace_hopper"})
+        assert res.status_code == 201, res.text
+        session = srv.manager.sessions[res.json()["session_id"]]
+        await asyncio.wait_for(session.lifecycle.engine_started.wait(), 30)
+        assert await wait_until(lambda: session.link.nbytes() > 0, 10)
+        assert (session.height, session.width) == (512, 512)  # a photo session of the portrait
+
+        wrong = await srv.http.post("/v1/sessions", json={"avatar": "nobody"})
+        assert wrong.status_code == 400 and "grace_hopper" in wrong.json()["error"]["message"]
+        taken = await srv.http.post("/v1/avatars?name=grace_hopper", content=b"\x00" * 64,
+                                    headers={"Content-Type": "video/mp4"})
+        assert taken.status_code == 409 and taken.json()["error"]["code"] == "avatar_exists"
