@@ -1,11 +1,11 @@
 """The puppet as an engine: the procedural renderer behind the learned pipeline's surface.
 
 ``avatar render|bench|serve|eval --config puppet`` draw a bundled identity with ``render``
-from a streaming ``FaceTracker``: no weights and no sampling, and lip sync exact by
-construction. It is the ground truth the learned model is compared against, and a cheap
-engine for working on everything around it. Frames are published in chunks of
-``chunk_frames`` once their audio is in; the last partial frame is zero-padded, as the
-learned pipeline does.
+from a streaming ``FaceTracker``: no weights and no sampling, the mouth from the phones a
+speech recogniser hears. It is the reference the learned model is compared against, and a
+cheap engine for working on everything around it. Frames are published in chunks of
+``chunk_frames`` once their audio and the tracker's lookahead are in; the last partial frame
+is zero-padded, as the learned pipeline does.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from engine.frames import PublishedFrame, drain, stream_frames
 from engine.presets import preset_named
 from engine.puppet.draw import render
 from engine.puppet.identity import Identity, get_identity
+from engine.puppet.state import FaceState
 from engine.puppet.stream import FaceTracker
 from engine.quality import Quality
 from engine.state import AudioBuffer, AudioFed
@@ -70,8 +71,13 @@ class PuppetPipeline(ConfiguredEngine):
 
     @property
     def first_chunk_samples(self) -> int:
-        """Audio samples the first chunk needs: its own frames, no lookahead."""
-        return self.chunk_frames * self.config.samples_per_frame
+        """Audio samples the first chunk needs: its own frames and the tracker's lookahead."""
+        return self.chunk_frames * self.config.samples_per_frame + self.lookahead
+
+    @property
+    def lookahead(self) -> int:
+        """Samples past a chunk's last frame the face tracker waits for."""
+        return FaceTracker.lookahead_samples(self.sample_rate, self.fps)
 
     def with_interp(self, interp: bool) -> PuppetPipeline:
         """The puppet has no I chunks: the same pipeline either way."""
@@ -128,9 +134,9 @@ class PuppetSession(AudioFed):
         self.identity = identity
         self.seed = seed
         self.audio = AudioBuffer()
-        # EngineConfig makes fps divide the sample rate, so the tracker has no lookahead and
-        # every whole frame of audio pushed gives its state at once.
         self.tracker = FaceTracker(pipeline.sample_rate, pipeline.fps, seed)
+        self.pushed = 0  # samples handed to the tracker
+        self.states: list[FaceState] = []  # tracked, not yet drawn: the tail the input's end brings at once
         self.finished = False
         self.timings: dict[str, float] = {}
         self.last_chunk = ""
@@ -151,7 +157,7 @@ class PuppetSession(AudioFed):
         """Frames the next step publishes: a whole chunk once its audio is in, the rest at the end."""
         if limit is not None:
             return min(self.pipe.chunk_frames, limit - self.published)
-        whole = self.audio.total // self._spf - self.published
+        whole = (self.audio.total - self.pipe.lookahead) // self._spf - self.published
         return self.pipe.chunk_frames if whole >= self.pipe.chunk_frames else 0
 
     def ready(self) -> bool:
@@ -191,9 +197,8 @@ class PuppetSession(AudioFed):
         name = f"N{self.chunks_run}"
         t0 = time.perf_counter()
         audio = self.audio.read(lo * spf, (lo + count) * spf)  # zero past the end: the last frame padded
-        states = self.tracker.push(audio)
-        if last:
-            states += self.tracker.close()
+        self.states += self._track((lo + count) * spf + self.pipe.lookahead)
+        states, self.states = self.states[:count], self.states[count:]
         if len(states) != count:
             raise RuntimeError(f"face tracker gave {len(states)} states for {count} frames")
         self.timings["track"] = time.perf_counter() - t0
@@ -210,6 +215,18 @@ class PuppetSession(AudioFed):
         self.last_chunk = name
         self.audio.release_before(self.published * spf)
         return frames
+
+    def _track(self, heard: int) -> list[FaceState]:
+        """States of the audio up to sample ``heard``; once the input is closed and that reaches
+        its end, of all of it (the tracker closed)."""
+        if self.audio.closed and heard >= self.audio.total:
+            if self.tracker.closed:
+                return []
+            states = self.tracker.push(self.audio.read(self.pushed, self.audio.total)) + self.tracker.close()
+        else:
+            states = self.tracker.push(self.audio.read(self.pushed, heard))
+        self.pushed = min(heard, self.audio.total)
+        return states
 
     def nbytes(self) -> int:
         """Bytes held between steps: the tracker's state and the audio not yet published."""

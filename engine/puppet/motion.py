@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.puppet.mouth import Smoother
+from engine.puppet.smoother import Smoother
 from engine.puppet.state import FaceState
 
 BLINK_GAP_S = (1.0, 2.0, 1.2)  # minimum gap, gamma shape, gamma scale: ~3.4 s mean, like people

@@ -1,36 +1,31 @@
-"""Mouth ground truth from audio: how open, and which shape, for every video frame.
+"""Mouth ground truth: how open, and which shape, for every video frame of speech.
 
-Openness follows the speech envelope (frame RMS in dBFS through a noise gate), so the
-same function both drives the puppet and scores lip sync later. The shape comes from
-where the energy sits: low F1 and F2 (energy below ~500 Hz, little above 1.8 kHz) is a
-rounded "oo"; a strong band at 1.8-3.5 kHz over a weak 0.8-1.8 kHz one is a spread "ee"
-(or a sibilant); anything else is a plain open "aa".
+A mouth says the words, not the loudness. Where the phones are known (training speech: the
+synthesiser reports them or they are aligned to the text), ``phone_track`` maps them to the
+mouth (``engine.puppet.visemes``). Where only audio is there (a microphone, a file),
+``MouthTracker`` hears the phones with a speech recogniser trained on real voices
+(``engine.puppet.recognizer``) as the audio streams in, and maps them the same way. Loudness
+only scales the vowels' opening a little.
 
-``MouthTracker`` is the only implementation: it takes audio in pieces of any length and
-keeps filter values and the samples of the frame in progress, nothing that grows with
-the stream. ``mouth_track`` runs it over a whole file, so a prefix of the audio yields a
-prefix of the track and a stream yields exactly the track of its whole audio.
+``MouthTracker`` takes audio in pieces of any length and works frame by frame: a frame's mouth
+comes from the phones heard up to its end, so a stream yields exactly the track of its whole
+audio however it is split, and ``mouth_track`` is the same tracker run over a file. What it
+keeps between pushes is bounded: the recogniser's current utterance, the phones within reach,
+the samples of the frame in progress.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.puppet.recognizer import PhoneRecognizer, Resampler, SpeechGate
 from engine.puppet.state import MOUTH_SHAPES
+from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, Emphasis, Phone, mouth_values
 
-# Calibrated for speech around -20 dBFS RMS (TTS output, a normalised mic); pass other
-# levels to ``mouth_track`` for quieter sources.
-GATE_DB = -50.0  # frame RMS (dBFS) at or below which the mouth is closed: silence, breath, hum
-FULL_DB = -12.0  # frame RMS at which the mouth is fully open
-CURVE = 1.5  # >1 keeps quiet consonants nearly closed and spreads the vowels
-ATTACK = 0.85  # per-frame smoothing towards a louder frame: opens almost at once
-RELEASE = 0.65  # per-frame smoothing towards a quieter frame: closes a little slower
-SHAPE_SMOOTH = 0.6
-_BLOCK = 512  # frames per FFT batch, bounds memory on long files
-_REST_SHAPE = (1.0, 0.0, 0.0, 0.0)  # shape weights before the first frame: lips closed
+REACH_SECONDS = 0.5  # phones further than this from a frame no longer move its mouth
+LOOKAHEAD_FRAMES = 2  # the recogniser's phones settle about 80 ms behind the audio
 
 
 @dataclass(frozen=True)
@@ -79,59 +74,37 @@ def frame_bounds(n_frames: int, sample_rate: int, fps: int, first: int = 0) -> t
 
 
 @dataclass
-class Smoother:
-    """One-pole low-pass with separate rise and fall rates per step; ``y`` is all it keeps,
-    so a stream can stop and resume anywhere."""
-
-    up: float
-    down: float
-    y: float = 0.0
-
-    def step(self, v: float) -> float:
-        self.y += (self.up if v > self.y else self.down) * (v - self.y)
-        return self.y
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        return np.array([self.step(v) for v in np.asarray(x, dtype=np.float64).tolist()], dtype=np.float64)
-
-
-@dataclass
 class MouthTracker:
-    """Streaming ``mouth_track``: ``push`` audio in pieces of any length, get each frame once
-    the audio it looks at is in; ``close`` ends the stream and returns what is left.
-
-    Frame n's spectrum window is ``ceil(sr/fps)`` samples from the frame's first sample, so
-    where fps does not divide the sample rate it reaches ``lookahead`` (one) sample into the
-    next frame, and such a frame comes with the push that brings that sample. ``close``
-    zero-pads the last partial frame, as ``mouth_track`` does at the end of a file.
-    """
+    """Streaming ``mouth_track``: ``push`` audio in pieces of any length, get each frame once the
+    audio ``LOOKAHEAD_FRAMES`` past it is in (the recogniser settles on a phone about that late);
+    ``close`` ends the stream and returns what is left (the last partial frame zero-padded)."""
 
     sample_rate: int
     fps: int = 25
-    gate_db: float = GATE_DB
-    full_db: float = FULL_DB
-    frame: int = field(default=0, init=False)  # next frame to analyse
+    frame: int = field(default=0, init=False)  # next frame to make
+    heard_frames: int = field(default=0, init=False)  # frames whose audio the recogniser has heard
     received: int = field(default=0, init=False)  # samples pushed so far
     closed: bool = field(default=False, init=False)
-    # Running sum of squared samples up to ``frame``'s first sample: frame energies are
-    # differences of it, exactly as a cumulative sum over the whole file gives them.
-    energy: float = field(default=0.0, init=False)
-    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), init=False)  # from ``frame`` on
-    openness: Smoother = field(default_factory=lambda: Smoother(ATTACK, RELEASE), init=False)
-    shape: np.ndarray = field(default_factory=lambda: np.array(_REST_SHAPE), init=False)
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), init=False)  # from heard_frames on
+    levels: list[float] = field(default_factory=list, init=False)  # dBFS of frames heard but not yet made
+    recognizer: PhoneRecognizer = field(default_factory=PhoneRecognizer, init=False)
+    resampler: Resampler = field(init=False)
+    emphasis: Emphasis = field(default_factory=Emphasis, init=False)
+    gate: SpeechGate = field(default_factory=SpeechGate, init=False)
 
     def __post_init__(self) -> None:
         if self.sample_rate < 8000:
-            raise ValueError(f"need at least 8 kHz audio to see the 3.5 kHz band, got {self.sample_rate}")
-
-    @property
-    def window(self) -> int:
-        return math.ceil(self.sample_rate / self.fps)
+            raise ValueError(f"need at least 8 kHz audio to hear the phones, got {self.sample_rate}")
+        self.resampler = Resampler(self.sample_rate)
 
     @property
     def lookahead(self) -> int:
-        """Samples past a frame's end its analysis needs: 0 when fps divides the sample rate."""
-        return self.window - self.sample_rate // self.fps
+        return self.lookahead_samples(self.sample_rate, self.fps)
+
+    @staticmethod
+    def lookahead_samples(sample_rate: int, fps: int) -> int:
+        """Samples past a frame's end its mouth waits for (at most: frames are of whole samples)."""
+        return -(-LOOKAHEAD_FRAMES * sample_rate // fps)
 
     def push(self, pcm: np.ndarray) -> MouthTrack:
         """Mono float audio continuing the stream -> the frames it completes (possibly none)."""
@@ -140,8 +113,7 @@ class MouthTracker:
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         self.pending = np.concatenate([self.pending, x])
         self.received += x.shape[0]
-        room = self.received - self.window  # the last frame start whose window is complete
-        return self._analyse(frame_count(room + 1, self.sample_rate, self.fps) if room >= 0 else 0)
+        return self._frames(((self.received + 1) * self.fps - 1) // self.sample_rate, LOOKAHEAD_FRAMES)
 
     def close(self) -> MouthTrack:
         """End of the audio: the remaining frames, the last one zero-padded."""
@@ -149,89 +121,72 @@ class MouthTracker:
             return MouthTrack.empty(self.fps)
         self.closed = True
         end = frame_count(self.received, self.sample_rate, self.fps)
-        if end > self.frame:
-            first = self.frame * self.sample_rate // self.fps
-            need = (end - 1) * self.sample_rate // self.fps + self.window - first
-            self.pending = np.concatenate([self.pending, np.zeros(max(0, need - self.pending.shape[0]), np.float32)])
-        return self._analyse(end)
+        _, ends = frame_bounds(1, self.sample_rate, self.fps, end - 1)
+        self.pending = np.concatenate([self.pending, np.zeros(max(0, int(ends[0]) - self.received), np.float32)])
+        return self._frames(end, 0)
 
-    def _analyse(self, end: int) -> MouthTrack:
-        """Frames [self.frame, end), whose windows lie in ``pending``, in blocks of ``_BLOCK``."""
-        parts, offset = [], 0
-        while self.frame < end:
-            part, used = self._block(self.pending[offset:], min(end - self.frame, _BLOCK))
-            parts.append(part)
-            offset += used
-        if offset:
-            self.pending = self.pending[offset:].copy()
+    def _frames(self, complete: int, ahead: int) -> MouthTrack:
+        """Hear frames up to ``complete`` (their audio lies in ``pending``) one at a time; after
+        each, make every frame ``ahead`` frames behind it, so a frame's mouth never depends on how
+        the audio was split."""
+        parts = []
+        if complete > self.heard_frames:
+            starts, ends = frame_bounds(complete - self.heard_frames, self.sample_rate, self.fps, self.heard_frames)
+            base = starts[0]
+            for lo, hi in zip((starts - base).tolist(), (ends - base).tolist(), strict=True):
+                self._hear(self.pending[lo:hi])
+                parts.append(self._make(self.heard_frames - ahead))
+            self.pending = self.pending[int(ends[-1] - base):].copy()
+        parts.append(self._make(self.heard_frames - ahead))
         return MouthTrack.concat(parts, self.fps)
 
-    def _block(self, x: np.ndarray, count: int) -> tuple[MouthTrack, int]:
-        """``count`` frames from ``self.frame``; ``x`` starts at its first sample. Returns the
-        frames and the samples they consumed."""
-        starts, ends = frame_bounds(count, self.sample_rate, self.fps, self.frame)
-        starts, ends = starts - starts[0], ends - starts[0]
-        sq = np.cumsum(np.concatenate([[self.energy], x[: ends[-1]].astype(np.float64) ** 2]))
-        level = 10.0 * np.log10((sq[ends] - sq[starts]) / np.maximum(ends - starts, 1) + 1e-10)
-        raw = np.clip((level - self.gate_db) / (self.full_db - self.gate_db), 0.0, 1.0) ** CURVE
-        openness = self.openness.run(raw)
-        openness[openness < 0.02] = 0.0
-        front, back = _formant_balance(x, starts, self.sample_rate, self.window)
-        weights, self.shape = _shape_weights(openness, front, back, self.shape)
-        self.energy = float(sq[ends[-1]])
+    def _hear(self, x: np.ndarray) -> None:
+        heard = self.resampler.push(x)
+        self.recognizer.push(heard)
+        self.gate.push(heard)
+        self.levels.append(10.0 * float(np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-10)))
+        self.heard_frames += 1
+
+    def _make(self, end: int) -> MouthTrack:
+        """Frames [self.frame, end) from the phones heard so far."""
+        count = max(end - self.frame, 0)
+        if not count:
+            return MouthTrack.empty(self.fps)
+        now = self.heard_frames / self.fps
+        phones = [p for p in self.recognizer.phones() if p.end > now - REACH_SECONDS]
+        level = np.array(self.levels[:count], np.float32)
+        openness, weights = mouth_values(phones, self.frame, count, self.fps, level, self.emphasis)
+        speech = self.gate.level.y
+        openness = REST_OPENNESS + speech * (openness - REST_OPENNESS)
+        weights = REST_WEIGHTS + speech * (weights - REST_WEIGHTS)
+        del self.levels[:count]
         self.frame += count
-        return MouthTrack(self.fps, openness.astype(np.float32), weights, level.astype(np.float32)), int(ends[-1])
+        return MouthTrack(self.fps, openness.astype(np.float32), weights.astype(np.float32), level)
 
 
-def mouth_track(
-    pcm: np.ndarray, sample_rate: int, fps: int = 25, gate_db: float = GATE_DB, full_db: float = FULL_DB
-) -> MouthTrack:
-    """Mouth openness and shape weights for every video frame of mono float audio."""
-    tracker = MouthTracker(sample_rate, fps, gate_db, full_db)
+def mouth_track(pcm: np.ndarray, sample_rate: int, fps: int = 25) -> MouthTrack:
+    """Mouth openness and shape weights for every video frame of mono float audio, from the
+    phones heard in it."""
+    tracker = MouthTracker(sample_rate, fps)
     return MouthTrack.concat([tracker.push(pcm), tracker.close()], fps)
 
 
 def openness_series(pcm: np.ndarray, sample_rate: int, fps: int = 25) -> np.ndarray:
-    """Ground-truth mouth openness per video frame, (T,) float32 in [0, 1]: the lip-sync target."""
+    """Mouth openness per video frame heard from the audio, (T,) float32 in [0, 1]."""
     return mouth_track(pcm, sample_rate, fps).openness
 
 
-def _formant_balance(x: np.ndarray, starts: np.ndarray, sample_rate: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per frame: dB(1.8-3.5 kHz) - dB(0.8-1.8 kHz) ("front"), dB(0.1-0.5) - dB(0.5-1.2) ("back").
-
-    ``x`` holds every window ``[start, start + window)``. Each frame is transformed on its own
-    row and its bins are summed in ascending order (an accumulate: a plain ``sum`` changes its
-    order when a batch has a single row), so a frame's numbers never depend on which other
-    frames share its batch, and a stream matches its whole file exactly.
-    """
-    nfft = 1 << (window - 1).bit_length()
-    freqs = np.fft.rfftfreq(nfft, 1.0 / sample_rate)
-    bands = [(freqs >= lo) & (freqs < hi) for lo, hi in ((1800, 3500), (800, 1800), (100, 500), (500, 1200))]
-    taper = np.hanning(window).astype(np.float32)
-    spec = np.fft.rfft(x[starts[:, None] + np.arange(window)[None, :]] * taper, nfft)
-    power = spec.real**2 + spec.imag**2
-    db = np.stack([10.0 * np.log10(np.cumsum(power[:, m], axis=1)[:, -1] + 1e-12) for m in bands], axis=1)
-    db = db.astype(np.float64)
-    return db[:, 0] - db[:, 1], db[:, 2] - db[:, 3]
+def frame_levels(pcm: np.ndarray, sample_rate: int, fps: int) -> np.ndarray:
+    """Frame RMS in dBFS of every video frame of the audio, the last one zero-padded."""
+    starts, ends = frame_bounds(frame_count(pcm.shape[0], sample_rate, fps), sample_rate, fps)
+    sq = np.concatenate([[0.0], np.cumsum(np.asarray(pcm, np.float64) ** 2)])
+    total = sq[np.minimum(ends, pcm.shape[0])] - sq[np.minimum(starts, pcm.shape[0])]
+    return (10.0 * np.log10(total / np.maximum(ends - starts, 1) + 1e-10)).astype(np.float32)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _shape_weights(
-    openness: np.ndarray, front: np.ndarray, back: np.ndarray, prev: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Smoothed shape weights per frame, from the smoother's value ``prev`` before the first;
-    returns the weights and the smoother's value after the last."""
-    wide = _sigmoid((front - 15.0) / 5.0)
-    rounded = _sigmoid((back - 12.0) / 5.0) * (1.0 - wide)
-    shaped = np.stack([1.0 - wide - rounded, rounded, wide], axis=1)
-    active = np.clip(openness / 0.25, 0.0, 1.0)[:, None]
-    w = np.concatenate([1.0 - active, active * shaped], axis=1)
-    out = np.empty_like(w)
-    for i in range(w.shape[0]):
-        prev = prev + SHAPE_SMOOTH * (w[i] - prev)
-        out[i] = prev
-    out /= out.sum(axis=1, keepdims=True)
-    return out.astype(np.float32), prev
+def phone_track(phones: list[Phone], pcm: np.ndarray, sample_rate: int, fps: int = 25) -> MouthTrack:
+    """The mouth ground truth of speech whose phones are known (the training voices report or
+    align them): openness and shape from the phones, loudness as emphasis only."""
+    level = frame_levels(pcm, sample_rate, fps)
+    openness, weights = mouth_values(phones, 0, level.shape[0], fps, level)
+    return MouthTrack(fps, openness, weights, level)

@@ -16,11 +16,7 @@ import numpy as np
 
 from engine.puppet.draw import render
 from engine.puppet.identity import Identity
-from engine.puppet.state import FaceState
-
-# The renderer's lips start to part through the "open" shape weight as openness rises to this
-# (``engine.puppet.mouth``'s shape weights): the read state's weights are rebuilt the same way.
-SHAPE_ONSET = 0.25
+from engine.puppet.state import SHAPE_ONSET, FaceState
 
 
 def drawable(state: FaceState) -> FaceState:

@@ -7,6 +7,9 @@ from dataclasses import astuple, dataclass, fields
 import numpy as np
 
 MOUTH_SHAPES: tuple[str, ...] = ("closed", "open", "rounded", "wide")
+# The lips part through the "open" shape weight as openness rises to this: below it the rest of
+# the weight stays "closed" (the mouth ground truth and the rig rebuild weights the same way).
+SHAPE_ONSET = 0.25
 
 
 @dataclass(frozen=True)

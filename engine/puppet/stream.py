@@ -24,9 +24,8 @@ _GENERATOR_BYTES = 32  # a PCG64 generator's state: a 128-bit state and a 128-bi
 class FaceTracker:
     """Streaming ``face_track_from_audio``: ``push`` audio, get the states of the frames it
     completes; ``close`` at the end of the audio returns the rest (the last partial frame
-    zero-padded). Frame n covers samples [n*sr/fps, (n+1)*sr/fps). When fps divides the
-    sample rate every frame comes with the push that completes it; otherwise a frame waits
-    for ``lookahead`` samples of the next (its spectrum window is one sample longer)."""
+    zero-padded). Frame n covers samples [n*sr/fps, (n+1)*sr/fps); its state comes once
+    ``lookahead`` samples past its end are in (the mouth tracker's phones settle that late)."""
 
     sample_rate: int
     fps: int = 25
@@ -41,6 +40,15 @@ class FaceTracker:
     @property
     def lookahead(self) -> int:
         return self.mouth.lookahead
+
+    @staticmethod
+    def lookahead_samples(sample_rate: int, fps: int) -> int:
+        """Samples past a frame's end the tracker waits for before it gives the frame's state."""
+        return MouthTracker.lookahead_samples(sample_rate, fps)
+
+    @property
+    def closed(self) -> bool:
+        return self.mouth.closed
 
     @property
     def frames(self) -> int:
@@ -60,13 +68,23 @@ class FaceTracker:
         return state_nbytes(self)
 
     def _faces(self, track: MouthTrack) -> list[FaceState]:
-        return [self.motion.step(o, w) for o, w in zip(track.openness.tolist(), track.weights, strict=True)]
+        return animate(self.motion, track)
 
 
 def face_track_from_audio(pcm: np.ndarray, sample_rate: int, fps: int = 25, seed: int = 0) -> list[FaceState]:
     """One ``FaceState`` per video frame; frame n covers samples [n*sr/fps, (n+1)*sr/fps)."""
     tracker = FaceTracker(sample_rate, fps, seed)
     return tracker.push(pcm) + tracker.close()
+
+
+def face_track_from_mouth(track: MouthTrack, seed: int = 0) -> list[FaceState]:
+    """One ``FaceState`` per frame of a mouth track made beforehand (a phonetic truth)."""
+    return animate(FaceAnimator(track.fps, seed), track)
+
+
+def animate(motion: FaceAnimator, track: MouthTrack) -> list[FaceState]:
+    """The face states of a mouth track's frames, continuing ``motion``'s stream."""
+    return [motion.step(o, w) for o, w in zip(track.openness.tolist(), track.weights, strict=True)]
 
 
 def state_nbytes(obj: object) -> int:

@@ -10,7 +10,9 @@ import torch
 
 from engine.config import EngineConfig
 from engine.photo.crops import CROP
-from engine.puppet import FaceState, Identity, face_track_from_audio, reference_image, render
+from engine.puppet import FaceState, Identity, reference_image, render
+from engine.puppet.mouth import phone_track
+from engine.puppet.stream import face_track_from_mouth
 from engine.train.speech import VOICES, utterance
 
 TRAIN_IDENTITY_SEEDS = range(0, 10_000)  # evaluation identities use seeds >= 10_000
@@ -35,10 +37,11 @@ def make_clip(config: EngineConfig, seed: int, seconds: float = 8.0,
     rng = np.random.default_rng(seed)
     identity = Identity.sample(rng, name=f"train{seed}")
     spf, td = config.samples_per_frame, config.vae.temporal_down
-    pcm = utterance(rng, config.audio.sample_rate, voices, seconds)
-    frames = 1 + (pcm.size // spf - 1) // td * td  # 1 + k*T frames: whole latents
-    pcm = pcm[: frames * spf]
-    states = face_track_from_audio(pcm, config.audio.sample_rate, config.fps, seed=seed)[:frames]
+    speech = utterance(rng, config.audio.sample_rate, voices, seconds)
+    frames = 1 + (speech.pcm.size // spf - 1) // td * td  # 1 + k*T frames: whole latents
+    pcm = speech.pcm[: frames * spf]
+    truth = phone_track(speech.phones, pcm, config.audio.sample_rate, config.fps)
+    states = face_track_from_mouth(truth, seed=seed)[:frames]
     return TrainingClip(identity, pcm, states)
 
 

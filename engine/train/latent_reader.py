@@ -119,7 +119,7 @@ def collect(clips: int, seconds: float, seed: int, voices: tuple[str, ...] = VOI
         avatar: str | Identity = names[i % len(names)]
         if rng.random() < sampled_share:
             avatar = Identity.sample(np.random.default_rng(identity_seeds + i), name=f"latents{identity_seeds + i}")
-        pcm = utterance(rng, base.config.audio.sample_rate, voices, seconds)
+        pcm = utterance(rng, base.config.audio.sample_rate, voices, seconds).pcm
         sets.append(clip_set(presets[preset], avatar, pcm, seed * 1000 + i))
         if log:
             print(f"latent reader data: clip {i + 1}/{clips} ({preset}, {getattr(avatar, 'name', avatar)}), "

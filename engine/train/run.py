@@ -62,9 +62,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from engine.models import ModelSet
+    from engine.train.augment import WARP
     from engine.train.data import make_clip
     from engine.train.latents import build_latent_set, load_latent_set, save_latent_set
-    from engine.train.speech import PIPER_SHARE, VOICES, piper_voice
+    from engine.train.speech import FLITE_SHARE, FLITE_VOICES, PIPER_SHARE, VOICES, flite_available, piper_voice
 
     torch.set_num_threads(args.threads)
     config = get_config(args.config)
@@ -95,7 +96,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "clips": len(clips), "minutes": round(minutes, 1), "identities": f"puppet seeds {args.seed}.."
                 f"{args.seed + args.clips - 1} (evaluation uses seeds >= 10000)",
                 "speech": f"espeak-ng voices {', '.join(VOICES)} at 120-230 wpm, pitch 20-80"
-                + (f"; Piper joe for {PIPER_SHARE:.0%} of sentences" if piper_voice() is not None else ""),
+                + (f"; Piper joe for {PIPER_SHARE:.0%} of sentences" if piper_voice() is not None else "")
+                + (f"; flite {', '.join(FLITE_VOICES)} for {FLITE_SHARE:.0%}" if flite_available() else "")
+                + f"; each sentence warped {WARP[0]}-{WARP[1]}x (pitch, vocal tract, speed), with room reverb,"
+                " band-limiting and noise on some",
+                "mouth_truth": "phones and their timings (espeak-ng's own phoneme events; Piper and flite "
+                "force-aligned to their text with CMU Sphinx), mapped to mouth shapes with coarticulation "
+                "(engine.puppet.visemes)",
             }
         return clips
 

@@ -1,16 +1,24 @@
-"""Offline speech for training data: espeak-ng voices, rates and pitches and the Piper
-``joe`` voice at several speeds (when installed), on generated sentences, with pauses and
-light distractors (noise, tones)."""
+"""Offline speech for training data, with the phones it says and when: espeak-ng voices (their
+own phone timings), Piper's ``joe`` and flite's voices (built from recordings of real speakers;
+phones by forced alignment), on generated sentences, with pauses, microphone-like perturbations
+(``engine.train.augment``) and light distractors (noise, tones)."""
 
 from __future__ import annotations
 
 import functools
 import shutil
 import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from engine.media import piper
+from engine.puppet.visemes import Phone
+from engine.train.align import SAMPLE_RATE as ALIGN_RATE
+from engine.train.align import AlignmentError, align
+from engine.train.espeak import speak_phones
 
 WORDS = (
     "the a an and but so we you they it this that there here now then today tomorrow always never "
@@ -27,16 +35,27 @@ WORDS = (
 
 VOICES = (
     "en-us", "en", "en-gb-x-rp", "en-us+f2", "en-us+f3", "en-us+m3", "en+f4", "en+m2", "en-gb-scotland",
-    "en-029", "en-us+f5", "en+m5",
+    "en-029", "en-us+f5", "en+m5", "en-us+m4", "en+m8", "en-us+klatt", "en+klatt4", "en-gb-x-rp+f3",
+    "en-us+whisper",
 )
 HELD_OUT_VOICES = ("en-us+f1", "en+m1", "en-gb-x-gbclan")
+FLITE_VOICES = ("awb", "rms", "kal16")  # flite's slt is held out
+HELD_OUT_FLITE_VOICES = ("slt",)
+PIPER_SHARE = 0.25  # of sentences spoken by Piper when it is installed
+FLITE_SHARE = 0.25  # of sentences spoken by flite when it is installed
 
 
-def require_espeak() -> str:
-    path = shutil.which("espeak-ng")
-    if path is None:
-        raise RuntimeError("espeak-ng is not installed (Debian package espeak-ng)")
-    return path
+@dataclass(frozen=True)
+class Speech:
+    """Mono float32 audio and the phones it says, timed in seconds from its first sample."""
+
+    pcm: np.ndarray
+    phones: list[Phone]
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.pcm.size / self.sample_rate
 
 
 def sentence(rng: np.random.Generator, words: int | None = None) -> str:
@@ -45,14 +64,10 @@ def sentence(rng: np.random.Generator, words: int | None = None) -> str:
     return text[0].upper() + text[1:] + rng.choice([".", "?", "!", ","])
 
 
-def espeak(text: str, voice: str, rate: int, pitch: int, sample_rate: int = 16000) -> np.ndarray:
-    """Synthesize ``text``; espeak-ng writes 22.05 kHz s16 mono wav to stdout."""
-    out = subprocess.run(
-        [require_espeak(), "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", text],
-        capture_output=True, check=True,
-    ).stdout
-    pcm = np.frombuffer(out[44:], dtype=np.int16).astype(np.float32) / 32768.0
-    return resample(pcm, int.from_bytes(out[24:28], "little"), sample_rate)
+def espeak(text: str, voice: str, rate: int, pitch: int, sample_rate: int = 16000) -> Speech:
+    """``text`` in an espeak-ng voice, timed by the synthesiser's own phoneme events."""
+    pcm, src_rate, phones = speak_phones(text, voice, rate, pitch)
+    return Speech(resample(pcm, src_rate, sample_rate), phones, sample_rate)
 
 
 def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
@@ -63,7 +78,9 @@ def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
     return np.interp(np.arange(n) * src_rate / rate, np.arange(pcm.size), pcm).astype(np.float32)
 
 
-PIPER_SHARE = 0.3  # of sentences spoken by Piper when it is installed
+def aligned(pcm: np.ndarray, src_rate: int, text: str, sample_rate: int) -> Speech:
+    """A natural voice's speech, its phones found by forced alignment to ``text``."""
+    return Speech(resample(pcm, src_rate, sample_rate), align(resample(pcm, src_rate, ALIGN_RATE), text), sample_rate)
 
 
 @functools.cache
@@ -73,32 +90,61 @@ def piper_voice():
     return piper.load_voice(voices["joe"]) if "joe" in voices else None
 
 
-def speak(rng: np.random.Generator, sample_rate: int, voices: tuple[str, ...]) -> np.ndarray:
-    """One generated sentence in a random voice, rate and pitch."""
+def flite_available() -> bool:
+    return shutil.which("flite") is not None
+
+
+def flite(text: str, voice: str, sample_rate: int = 16000, stretch: float = 1.0) -> Speech:
+    """``text`` in a flite voice (Debian ``flite``), aligned to its text; ``stretch`` > 1 speaks slower."""
+    with tempfile.TemporaryDirectory(prefix="avatar-flite-") as tmp:
+        path = Path(tmp) / "speech.wav"
+        subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch:.3f}", "-t", text,
+                        "-o", str(path)], capture_output=True, check=True)
+        raw = path.read_bytes()
+    pcm = np.frombuffer(raw[44:], dtype=np.int16).astype(np.float32) / 32768.0
+    return aligned(pcm, int.from_bytes(raw[24:28], "little"), text, sample_rate)
+
+
+def speak(rng: np.random.Generator, sample_rate: int, voices: tuple[str, ...],
+          flite_voices: tuple[str, ...] = FLITE_VOICES) -> Speech:
+    """One generated sentence in a random voice, rate and pitch; a natural voice whose alignment
+    fails says it again in espeak-ng."""
     text = sentence(rng)
-    use_piper, voice = rng.random() < PIPER_SHARE, str(rng.choice(voices))
+    pick, voice = rng.random(), str(rng.choice(voices))
     rate, pitch, length = int(rng.integers(120, 230)), int(rng.integers(20, 80)), rng.uniform(0.75, 1.4)
-    if use_piper and piper_voice() is not None:
-        pcm, src_rate = piper.synthesize(piper_voice(), text, length_scale=length, deterministic=True)
-        return resample(pcm, src_rate, sample_rate)
+    try:
+        if pick < PIPER_SHARE and piper_voice() is not None:
+            pcm, src_rate = piper.synthesize(piper_voice(), text, length_scale=length, deterministic=True)
+            return aligned(pcm, src_rate, text, sample_rate)
+        if pick < PIPER_SHARE + FLITE_SHARE and flite_voices and flite_available():
+            return flite(text, str(rng.choice(flite_voices)), sample_rate, length)
+    except AlignmentError:
+        pass
     return espeak(text, voice, rate, pitch, sample_rate)
 
 
 def utterance(rng: np.random.Generator, sample_rate: int = 16000, voices: tuple[str, ...] = VOICES,
-              seconds: float = 8.0) -> np.ndarray:
-    """About ``seconds`` of speech with pauses, level changes and occasional distractors."""
+              seconds: float = 8.0, flite_voices: tuple[str, ...] = FLITE_VOICES) -> Speech:
+    """About ``seconds`` of speech with pauses, level changes, a microphone's perturbations and
+    occasional distractors."""
+    from engine.train.augment import perturb
+
     parts: list[np.ndarray] = []
+    phones: list[Phone] = []
     total = 0
     target = int(seconds * sample_rate)
     while total < target:
         gap = np.zeros(int(rng.uniform(0.05, 1.2) * sample_rate), dtype=np.float32)
-        speech = speak(rng, sample_rate, voices) * rng.uniform(0.4, 1.2)
-        parts += [gap, speech]
-        total += gap.size + speech.size
+        said = perturb(rng, speak(rng, sample_rate, voices, flite_voices))
+        offset = (total + gap.size) / sample_rate
+        phones += [Phone(p.name, p.start + offset, p.end + offset) for p in said.phones]
+        parts += [gap, said.pcm * rng.uniform(0.4, 1.2)]
+        total += gap.size + said.pcm.size
     pcm = np.concatenate(parts)[:target]
     if rng.random() < 0.3:
         pcm += rng.uniform(0.002, 0.02) * rng.standard_normal(pcm.size).astype(np.float32)
     if rng.random() < 0.15:
         t = np.arange(pcm.size) / sample_rate
         pcm += 0.03 * np.sin(2 * np.pi * rng.uniform(200, 900) * t).astype(np.float32)
-    return np.clip(pcm, -1, 1).astype(np.float32)
+    end = pcm.size / sample_rate
+    return Speech(np.clip(pcm, -1, 1).astype(np.float32), [p for p in phones if p.start < end], sample_rate)

@@ -57,9 +57,9 @@ def test_step_batch_equals_each_session_drawn_alone(pipe: PuppetPipeline) -> Non
 
 def test_keys_and_refusals(pipe: PuppetPipeline) -> None:
     live = pipe.open_session(seed=0)
-    live.feed(np.zeros(3 * SPF, np.float32))
+    live.feed(np.zeros(3 * SPF + pipe.lookahead, np.float32))
     assert live.batch_key() is None and pipe.step_batch([live]).frames == [[]]
-    live.feed(np.zeros(SPF, np.float32))
+    live.feed(np.zeros(SPF, np.float32))  # a chunk's frames and the tracker's lookahead
     other = pipe.open_session(seed=1)
     other.feed(np.zeros(9 * SPF, np.float32))
     assert live.batch_key() == other.batch_key() and live.batch_key().kind == "N"
