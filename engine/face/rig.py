@@ -74,7 +74,7 @@ DEPTH_SCALE = 0.6
 CLOSE_MAX = 0.96
 GAP_FRINGE = 0.04  # mouth widths around a parted photo's inner lips filled with lip (``_lips_over_gap``)
 REST_LINE = 0.5  # how dark the line between lips closed at rest shows (a press is 1)
-JAW_RISE = 0.7  # the share of a wide rest gap (a mouth open in the photo) that the jaw closes
+JAW_RISE = 0.8  # the share of a wide rest gap (a mouth open in the photo) that the jaw closes
 TEETH_JAW_FOLLOW = 0.8  # the lower teeth drop this fraction of the lower lip's drop (the lip drops further)
 TEETH_BEHIND_LIPS = 0.12  # the teeth's front, behind the lips, in mouth widths (~6 mm)
 HEAD_MOTION = ("yaw", "pitch", "roll", "tx", "ty")
@@ -331,6 +331,7 @@ class PhotoRig:
         lips = np.flatnonzero(np.isin(self._keep, LIPS_INNER_UPPER + LIPS_INNER_LOWER + LIPS_OUTER_UPPER
                                       + LIPS_OUTER_LOWER))
         self._lip_triangles = self.triangles[np.isin(self.triangles, lips).any(1)]
+        self._rest = self._unfolded(self._rest)
         # Each grid point's triangle at rest.
         g = np.arange(0, s - 1 + GRID, GRID, dtype=np.float32)  # the last point at or past the last pixel
         self._grid = g
@@ -397,6 +398,22 @@ class PhotoRig:
         raised = -rise * self._jaw_basis(xy, u, v, mouth_w / 2)
         closed = lip_bases(xy + raised, mc, eu, ev, mouth_w).close
         return raised + CLOSE_MAX * closed
+
+    def _unfolded(self, rest: np.ndarray) -> np.ndarray:
+        """The closed rest, backed off point by point where it would turn a triangle of the mesh over
+        (towards the corners of a wide-open mouth, whose lips then meet a little less)."""
+        if not rest.any():
+            return rest
+        scale = np.ones(NUM_LANDMARKS)
+        for _ in range(40):
+            pts = self._src.copy()
+            pts[: self._n_lm] += (scale[:, None] * rest)[self._keep]
+            bad = self.triangles[_signed_areas(pts[self.triangles]) <= 0]
+            corners = np.unique(bad[bad < self._n_lm])
+            if corners.size == 0:
+                break
+            scale[self._keep[corners]] *= 0.85
+        return scale[:, None] * rest
 
     def _blink_basis(self, xy: np.ndarray) -> np.ndarray:
         d = np.zeros((NUM_LANDMARKS, 2))
