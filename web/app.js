@@ -77,14 +77,16 @@ function apiError(res, data) {
 }
 
 // The server answers a creation once it can: where its engine is still measuring the session it
-// admitted last, it holds the request until then. Should it still answer 503 with a short
-// Retry-After (a worker another web process just gave a session), the page says why, and waits.
+// admitted last, it holds the request until then. Should it still answer that it is measuring
+// (a worker another web process just gave a session), the page says so, and waits that long; a
+// server that is full says so at once, with its wait.
 async function createSession(body, token, attempts = 3) {
   for (let attempt = 1; ; attempt++) {
     try {
       return await api("/v1/sessions", { method: "POST", token, body });
     } catch (err) {
-      if (err.code !== "at_capacity" || !(err.retryAfter <= 5) || attempt >= attempts) throw err;
+      const measuring = err.code === "at_capacity" && /measuring/.test(err.message) && err.retryAfter <= 5;
+      if (!measuring || attempt >= attempts) throw err;
       setStatus(`waiting ${err.retryAfter} s for room`, "connecting");
       showMessage(plainWords(err).replace(/Try again in .*$/, `Trying again in ${err.retryAfter} s…`));
       log(`server busy (${err.code}): ${err.message}; trying again in ${err.retryAfter} s`);
@@ -457,8 +459,9 @@ async function start() {
     if (!state.mic) micOpening?.then((m) => m?.getTracks().forEach((t) => t.stop())).catch(() => {});
     setStatus("error");
     const words = plainWords(err);
-    showMessage(`Could not start: ${words}`, true);
+    // A photo the server cannot use is said beside the photo, where it is fixed; the rest over the video.
     if (err.code === "bad_image" || err.code === "image_too_large") state.faces.error(words);
+    else showMessage(`Could not start: ${words}`, true);
     log(`start failed${err.code ? ` (${err.code}${err.status ? ` ${err.status}` : ""})` : ""}: ${err.message}`, "error");
     await stop({ keepMessage: true });
   }

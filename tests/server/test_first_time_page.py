@@ -7,12 +7,14 @@ in the test's folder."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 
 import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, chromium
+from personal_helpers import jaw_track, portrait_rig, write_footage
 from server_helpers import make_settings, running_server, wait_until
 
 pytestmark = [
@@ -44,12 +46,18 @@ def likeness(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(a.ravel(), b.ravel())[0, 1])
 
 
-def crop_of(data: bytes) -> np.ndarray:
+def crop_of(photo: bytes | np.ndarray) -> np.ndarray:
     """The 512² crop a photo session animates, as the server makes it."""
     from engine.media.image import decode_image
     from engine.photo.avatar import photo_avatar
 
-    return photo_avatar(decode_image(data)).image
+    return photo_avatar(decode_image(photo) if isinstance(photo, bytes) else photo).image
+
+
+def portrait(name: str) -> np.ndarray:
+    from engine.eval.mouths import portraits
+
+    return dict(portraits())[name]
 
 
 async def decoded_frame(page) -> np.ndarray:
@@ -76,7 +84,7 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
     photo = tmp_path / "me.png"
     save_png(photo, astronaut)
     picked = grey(crop_of(photo.read_bytes()))
-    other = grey(crop_of(_portrait_bytes("grace_hopper")))
+    other = grey(crop_of(portrait("grace_hopper")))
     async with running_server(make_settings(max_sessions=1, drawn=True)) as srv, chromium(tmp_path) as (_, page):
         await page.set_viewport_size({"width": 1200, "height": 1000})
         await page.goto(f"{srv.url}/?mode=mirror")
@@ -112,6 +120,18 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         assert likeness(await decoded_frame(page), picked) < 0.5, "a drawn avatar, not the photo"
         assert (await page.text_content("#face-active")).startswith(f"Streaming: {second}")
         assert await page.is_disabled(f".face.drawn[data-name='{first}'] .pick"), "fixed while it streams"
+        await stop(page, srv)
+
+        # A bundled portrait: its attribution shown, its crop streamed.
+        assert info["portraits"], "the server offers its bundled portraits"
+        real = info["portraits"][-1]
+        await page.click(f".face.portrait[data-name='{real['name']}'] .pick")
+        assert real["attribution"] in await page.text_content("#face-credit")
+        assert real["licence"] in await page.get_attribute(f".face.portrait[data-name='{real['name']}']", "title")
+        session = await start_and_stream(page, srv)
+        assert session.avatar == real["name"] and (session.height, session.width) == (512, 512)
+        thumb = (await srv.http.get(real["url"])).content
+        assert likeness(await decoded_frame(page), grey(crop_of(thumb))) > 0.85
         await stop(page, srv)
 
         # Stop leaves nothing of the last session in the stats panel or the plots.
@@ -165,9 +185,98 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         await page.screenshot(path=str(tmp_path / "4-log.png"), full_page=True)
 
 
-def _portrait_bytes(name: str) -> bytes:
-    from pathlib import Path
 
-    import engine
+PLAIN = """() => ['#face-error', '#message', '#enrol-status']
+  .map(s => document.querySelector(s)).filter(e => e.offsetParent !== null && e.textContent)
+  .map(e => e.textContent)"""
 
-    return (Path(engine.__file__).parent / "eval" / "portraits" / f"{name}.jpg").read_bytes()
+
+async def shown_line(page) -> str:
+    """The one line the page shows about the last problem: plain words, no code or status."""
+    await page.wait_for_function(f"({PLAIN})().length > 0", timeout=60_000)
+    lines = await page.evaluate(PLAIN)
+    assert len(lines) == 1, lines
+    (line,) = lines
+    assert "\n" not in line and not re.search(r"\b[a-z]+_[a-z_]+\b|\(\d{3}\b", line), line  # no code, no status
+    return line
+
+
+async def clear_lines(page) -> None:
+    await page.evaluate("""() => { for (const s of ['#face-error', '#enrol-status']) document.querySelector(s)
+        .textContent = ''; document.querySelector('#message').hidden = true; }""")
+
+
+async def test_every_bad_file_ends_in_one_plain_line_and_nothing_stored(tmp_path, astronaut):
+    from engine.media.audio_io import save_png
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "notes.txt").write_text("not a photo\n")
+    (tmp_path / "huge.jpg").write_bytes(b"\xff\xd8\xff\xe0" + rng.bytes(3 << 20))
+    (tmp_path / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + rng.bytes(4096))
+    ramp = np.linspace(0, 255, 512)[:, None].repeat(512, 1)
+    save_png(tmp_path / "blank.png", np.stack([ramp, ramp.T, np.full_like(ramp, 128)], -1).astype(np.uint8))
+    save_png(tmp_path / "tight.png", np.ascontiguousarray(astronaut[:147]))  # cut through the mouth
+    (tmp_path / "big.mp4").touch()
+    os.truncate(tmp_path / "big.mp4", 201 << 20)  # sparse: over the 200 MB limit, no disk taken
+    (tmp_path / "corrupt.mp4").write_bytes(rng.bytes(200_000))
+    write_footage(tmp_path / "short.mp4", portrait_rig("filippo_giunchedi"), jaw_track(3.0))
+    store, uploads = tmp_path / "store", tmp_path / "uploads"
+    settings = make_settings(max_sessions=1, avatar_store=str(store), upload_dir=uploads)
+    async with running_server(settings) as srv, chromium(tmp_path) as (_, page):
+        await page.goto(f"{srv.url}/?mode=mirror")
+        await page.wait_for_function("window.avatarDemo.faces?.active")
+        chosen = await page.evaluate(ACTIVE)
+
+        # Photos the browser can tell are unusable never leave it; the others are refused at Start.
+        photos = {"notes.txt": (False, "is not a photo"), "huge.jpg": (False, "photos up to 2 MB"),
+                  "corrupt.jpg": (False, "could not be read as a picture"),
+                  "blank.png": (True, "No face was found in this photo"),
+                  "tight.png": (True, "cropped too close to the face")}
+        for name, (at_start, words) in photos.items():
+            await page.set_input_files("#image", str(tmp_path / name))
+            if at_start:
+                await page.wait_for_function("window.avatarDemo.faces.active.kind === 'photo'")
+                await page.click("#start")
+            line = await shown_line(page)
+            assert words in line, (name, line)
+            if not at_start:
+                assert await page.evaluate(ACTIVE) == chosen and await page.input_value("#image") == ""
+            else:
+                assert (await page.text_content("#status")) == "error"
+                await page.screenshot(path=str(tmp_path / f"5-photo-{name}.png"))
+                await page.click("#image-clear")
+            assert not srv.manager.sessions, name
+            await clear_lines(page)
+
+        # Clips: the browser refuses what it can tell; the server refuses the rest, in words.
+        await page.click("#enrol summary")
+        clips = {("me", "notes.txt"): "is not a video", ("me", "big.mp4"): "clips up to 200 MB",
+                 ("me", "corrupt.mp4"): "not a video the server can read",
+                 ("me", "short.mp4"): "The clip is too short (3.0 s of video, at least 10 s needed)",
+                 ("Me Too", "short.mp4"): "Names are lowercase letters",
+                 (chosen[0]["name"], "short.mp4"): f"The name “{chosen[0]['name']}” is taken"}
+        for (avatar, name), words in clips.items():
+            await page.fill("#enrol-name", avatar)
+            await page.set_input_files("#enrol-file", str(tmp_path / name))
+            if not await page.is_visible("#enrol-status.error"):
+                await page.click("#enrol-upload")
+            await page.wait_for_selector("#enrol-status.error", timeout=60_000)
+            line = await shown_line(page)
+            assert words in line, (avatar, name, line)
+            await page.wait_for_function("!document.querySelector('#enrol-upload').disabled")
+            assert srv.manager.personal.names() == [] and not [p for p in store.rglob("*") if p.is_file()]
+            assert not [p for p in uploads.rglob("*") if p.is_file()], (name, list(uploads.rglob("*")))
+            await clear_lines(page)
+        await page.screenshot(path=str(tmp_path / "6-clip-too-short.png"))
+
+        # A full server says so, with its real wait.
+        held = await srv.http.post("/v1/sessions", json={})
+        assert held.status_code == 201
+        async with page.expect_response(lambda r: r.url.endswith("/v1/sessions")) as refusal:
+            await page.click("#start")
+        wait = (await refusal.value).headers["retry-after"]
+        line = await shown_line(page)
+        assert line == ("Could not start: The server is full: it serves at most one session and it is in use. "
+                        f"Try again in {wait} seconds."), line
+        assert len(srv.manager.sessions) == 1
+        await page.screenshot(path=str(tmp_path / "7-server-full.png"))

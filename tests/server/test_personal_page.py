@@ -1,9 +1,12 @@
 """Personal avatars from the demo page in a real Chromium: a clip uploaded, and one recorded from
-the (fake) camera while the page shows the script, each enrolled and then animated."""
+the (fake) camera while the page shows the script, a countdown and the microphone's level (a first
+recording cancelled sends nothing), each enrolled, its face shown before use, then animated; the
+picker's × deletes one."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import numpy as np
@@ -40,10 +43,18 @@ def write_y4m(path, rig: PhotoRig, seconds: float, fps: int = 15, side: int = 38
             out.write(b"FRAME\n" + cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420).tobytes())
 
 
-async def _talk_as(page, srv, name: str) -> None:
-    await page.wait_for_function("document.querySelector('#enrol-status').textContent.startsWith('ready')",
+ACTIVE = "[...document.querySelectorAll('#face-list [aria-checked=true]')].map(b => b.closest('.face').dataset)"
+
+
+async def _talk_as(page, srv, name: str, shot) -> None:
+    await page.wait_for_function("document.querySelector('#enrol-status').textContent.startsWith('Ready')",
                                  timeout=90_000)
-    assert await page.input_value("#avatar") == name
+    assert await page.evaluate(ACTIVE) == [{"kind": "personal", "name": name}]
+    # The enrolled face, as its sessions animate it, is shown before it is used (and on its card).
+    for img in ("#enrol-face-img", f".face.personal[data-name='{name}'] img"):
+        await page.wait_for_function(f"document.querySelector(\"{img}\").naturalWidth === 512", timeout=10_000)
+    assert await page.is_visible("#enrol-face-img")
+    await page.screenshot(path=str(shot))
     await page.click("#start")
     await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
     (session,) = srv.manager.sessions.values()
@@ -63,8 +74,14 @@ async def test_a_clip_uploaded_from_the_page_becomes_the_avatar(tmp_path, speake
         await page.fill("#enrol-name", "me")
         await page.set_input_files("#enrol-file", str(clip))
         await page.click("#enrol-upload")
-        await _talk_as(page, srv, "me")
+        await _talk_as(page, srv, "me", tmp_path / "enrolled.png")
         assert "me" in srv.manager.personal.names()
+        # Its × deletes it (once confirmed): gone from the picker and the store, another face active.
+        page.on("dialog", lambda dialog: dialog.accept())
+        await page.click(".face.personal[data-name='me'] .remove")
+        await page.wait_for_function("!document.querySelector(\".face.personal[data-name='me']\")")
+        assert "me" not in srv.manager.personal.names()
+        assert (await page.evaluate(ACTIVE))[0]["kind"] == "drawn"
 
 
 async def test_a_clip_recorded_from_the_camera_becomes_the_avatar(tmp_path, speaker):
@@ -75,10 +92,20 @@ async def test_a_clip_recorded_from_the_camera_becomes_the_avatar(tmp_path, spea
         await page.goto(f"{srv.url}/?mode=mirror&record_seconds=11")
         await page.click("#enrol summary")
         await page.fill("#enrol-name", "recorded")
+        # A first take: the countdown runs, the meter shows the microphone is heard; cancelled, nothing is sent.
+        await page.click("#enrol-record")
+        await page.wait_for_function("document.querySelector('#enrol-level').value > 0.05", timeout=10_000)
+        assert await page.text_content("#enrol-heard") == "your voice is heard"
+        assert re.fullmatch(r"\d+ s", await page.text_content("#enrol-countdown"))
+        await page.screenshot(path=str(tmp_path / "recording.png"))
+        await page.click("#enrol-cancel")
+        await page.wait_for_function("document.querySelector('#enrol-status').textContent.includes('cancelled')")
+        assert not await page.is_visible("#enrol-live") and not srv.manager.personal.enrolments
+        assert srv.manager.personal.names() == []
         await page.click("#enrol-record")
         await page.wait_for_function("!document.querySelector('#enrol-script').hidden", timeout=10_000)
         assert "quick brown fox" in await page.text_content("#enrol-script")
-        await _talk_as(page, srv, "recorded")
+        await _talk_as(page, srv, "recorded", tmp_path / "recorded.png")
         info = srv.manager.personal.store.info("recorded")
         assert info["seconds"] >= 10 and info["entries"] >= 5, info
         assert np.isfinite(info["coverage"])
