@@ -289,6 +289,11 @@ class TimingSettings(BaseModel):
     control_handover_s: float = Field(
         1.0, ge=0, description="a new control socket waits this long for the previous one to finish closing"
     )
+    ws_ping_interval_s: float = Field(5.0, gt=0, description="a websocket's keepalive ping is sent this often")
+    ws_ping_timeout_s: float = Field(
+        5.0, gt=0, description="a websocket whose client neither answers a ping nor sends anything for this long is "
+        "closed (the wait runs on while the server is itself behind reading that client)"
+    )
     metrics_interval_s: float = Field(1.0, gt=0)
 
 

@@ -1,7 +1,9 @@
 """The websocket control socket: typed messages in, session events out.
 
 One reader (validates and applies client messages) and one writer (drains the session's
-event queue) per socket. Bad input never closes the socket: it gets an ``error`` event.
+event queue) per socket. Bad input never closes the socket: it gets an ``error`` event (a
+message the server fails on gets ``internal_error``, and is logged with its session). Only a
+message over the transport's limit (``uvicorn_config.transport_limit``) closes it, with 1009.
 Only one control socket per session at a time; the socket closes when the session does.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from server.api.control_json import parse
 from server.base.errors import ApiError, ControlError
 from server.base.metrics import ServerMetrics
 from server.base.protocol import (
@@ -39,8 +42,10 @@ from server.session.events import EventQueue
 from server.session.manager import SessionManager
 from server.session.session import Session
 
+log = logging.getLogger(__name__)
 CLOSE_SESSION_ENDED = 4000
 CLOSE_BUSY = 4409
+ANSWER_PATIENCE_S = 5.0  # the longest a reader waits for its socket's events to be taken
 
 
 def close_code(status: int) -> int:
@@ -123,10 +128,14 @@ async def send_events(ws: WebSocket, next_event: Callable[[], Awaitable[ServerEv
         await ws.send_text(event.model_dump_json())
 
 
-async def receive_paced(ws: WebSocket, pace: MessagePace, on_message: Callable[[dict], Awaitable[None]]) -> None:
-    """A socket's reader: each message at the pace allowed, until the client disconnects."""
+async def receive_paced(ws: WebSocket, pace: MessagePace, on_message: Callable[[dict], Awaitable[None]],
+                        room: Callable[[float], Awaitable[None]]) -> None:
+    """A socket's reader: each message at the pace allowed and once its answers have room (for up to
+    ``ANSWER_PATIENCE_S``: a client that reads nothing is read on, its events dropped), until the
+    client disconnects."""
     while True:
         await pace.wait()
+        await room(ANSWER_PATIENCE_S)
         message = await ws.receive()
         if message["type"] == "websocket.disconnect":
             return
@@ -147,7 +156,7 @@ class ControlConnection:
     async def run(self) -> None:
         if self.session.lifecycle.started.is_set():
             self.session.events.announce_ready()
-        read = receive_paced(self.ws, self.pace, self._on_message)
+        read = receive_paced(self.ws, self.pace, self._on_message, self.session.events.room)
         await serve_socket(self.ws, self.session, read, send_events(self.ws, self.session.events.next), "control")
 
     async def _on_message(self, message: dict) -> None:
@@ -158,6 +167,10 @@ class ControlConnection:
                 await self._on_text(message.get("text") or "")
         except ControlError as exc:
             self.session.events.emit(ErrorEvent(code=exc.code, message=exc.message))
+        except Exception as exc:  # a bug must not end the reader: the socket stays, the message is answered
+            log.exception("session %s: control message failed", self.session.id)
+            self.session.events.emit(ErrorEvent(code="internal_error",
+                                                message=f"the message failed ({exc.__class__.__name__})"))
 
     def _on_binary(self, data: bytes) -> None:
         rate, self._binary_rate = self._binary_rate, None
@@ -170,14 +183,7 @@ class ControlConnection:
     async def _on_text(self, text: str) -> None:
         if len(text) > self.max_bytes:
             raise ControlError("message_too_large", f"message of {len(text)} bytes; limit {self.max_bytes}")
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ControlError("bad_json", f"not JSON: {exc.msg} at position {exc.pos}") from exc
-        except RecursionError:  # deeper than the parser goes
-            raise ControlError("too_deep", f"JSON nested over {self.max_depth} levels") from None
-        if json_depth(raw) > self.max_depth:
-            raise ControlError("too_deep", f"JSON nested over {self.max_depth} levels")
+        raw = parse(text, self.max_depth)
         try:
             msg: ClientMessage = client_message.validate_python(raw)
         except ValidationError as exc:
@@ -203,17 +209,6 @@ class ControlConnection:
                 s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():
                 s.events.emit(Pong(id=msg.id, server_time=time.time()))
-
-
-def json_depth(value: object) -> int:
-    """How deeply arrays and objects nest in a parsed JSON value (a scalar: 0), without recursion."""
-    depth, level = 0, [(value, 0)]
-    while level:
-        item, d = level.pop()
-        if isinstance(item, dict | list):
-            depth = max(depth, d + 1)
-            level.extend((child, d + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return depth
 
 
 class MessagePace:
@@ -256,7 +251,7 @@ class ObserverConnection:
         self.pace = pace
 
     async def run(self) -> None:
-        read = receive_paced(self.ws, self.pace, self._on_message)
+        read = receive_paced(self.ws, self.pace, self._on_message, self.queue.room)
         await serve_socket(self.ws, self.session, read, send_events(self.ws, self.queue.get), "observer")
 
     async def _on_message(self, message: dict) -> None:

@@ -7,7 +7,14 @@ from typing import Any
 import uvicorn
 
 from server.api.read_deadlines import protocol_class
+from server.api.ws_keepalive import PatientKeepalive
 from server.config import Settings
+
+
+def transport_limit(settings: Settings) -> int:
+    """The largest websocket message read at all: up to it a message over ``max_control_bytes`` is
+    answered with ``message_too_large``, past it the socket is closed (1009, naming this limit)."""
+    return 2 * settings.max_control_bytes
 
 
 def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
@@ -17,9 +24,11 @@ def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) ->
         "host": settings.host,
         "port": settings.port,
         "log_level": log_level,
-        "ws_max_size": settings.max_control_bytes + 4096,
-        "ws_ping_interval": 5.0,
-        "ws_ping_timeout": 5.0,
+        "ws_max_size": transport_limit(settings),
+        "ws_ping_interval": settings.ws_ping_interval_s,
+        "ws_ping_timeout": settings.ws_ping_timeout_s,
+        # A busy client's pong waits behind its messages the server has not read yet: not a dead client.
+        "ws": PatientKeepalive,
         # X-Forwarded-For decides whom the client limits count against, so it is trusted only when
         # asked: by the settings (a reverse proxy here) or by naming the forwarders (a cluster node).
         "proxy_headers": settings.proxy_headers or "forwarded_allow_ips" in extra,

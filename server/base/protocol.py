@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
 
 Mode = Literal["mirror", "agent"]
+# What speak text may not hold: C0 controls but tab, newline and carriage return; DEL and C1; lone surrogates.
+_NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 MIN_RATE, MAX_RATE = 8_000, 96_000
 Voice = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$")]
 # The control socket's subprotocols: a client offers both, the server selects the first. The
@@ -104,9 +107,21 @@ class ErrorResponse(BaseModel):
 
 class Speak(_Message):
     type: Literal["speak"]
-    text: str = Field(min_length=1)
+    text: str = Field(min_length=1, description="plain text: control characters other than tab, newline and "
+                      "carriage return are refused (bad_message), as are unpaired surrogates")
     utterance_id: str | None = Field(None, max_length=64)
     voice: Voice | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        """A TTS backend handed a NUL (or any control byte) may fail in native code: refused here, at
+        the message, with its position, rather than somewhere in synthesis."""
+        found = _NOT_TEXT.search(value)
+        if found is not None:
+            raise ValueError(f"control character U+{ord(found.group()):04X} at position {found.start()}; "
+                             f"send plain text (tab and newline allowed)")
+        return value
 
 
 class AudioAppend(_Message):

@@ -4,7 +4,10 @@ The gateway opens the node's socket first (offering the client's subprotocols, s
 in one) and accepts the client with the subprotocol the node chose; then text and binary messages
 are copied both ways and the node's close code is passed on. When the node is lost the gateway sends
 ``error`` ``node_lost`` itself. A node socket that drops without a close frame usually means the
-node died: the gateway checks the node at once and waits for that verdict before closing.
+node died: the gateway checks the node at once and waits for that verdict before closing. The
+gateway sends the node no keepalive pings: the node reads a busy client's messages at its own pace,
+so a ping would wait behind them; the node pings the gateway instead (answered at once, as the
+gateway reads the node's events as they come), and a node that dies is found by the membership.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ async def relay_control(ws: WebSocket, node: Backend | None, session_id: str, ma
         return
     url = node.ws_address + ws.url.path + (f"?{ws.url.query}" if ws.url.query else "")
     try:
-        upstream = await connect(url, subprotocols=offered or None, max_size=max_bytes, open_timeout=OPEN_TIMEOUT_S)
+        upstream = await connect(url, subprotocols=offered or None, max_size=max_bytes, open_timeout=OPEN_TIMEOUT_S,
+                                 ping_interval=None)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         node.poke.set()
         await _refuse(ws, offered, "node_unreachable", f"the session's node did not answer: {exc}",

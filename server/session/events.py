@@ -4,11 +4,15 @@ Each reader has a bounded queue. When one is full (its reader stopped reading), 
 ``metrics`` event goes first: a newer one follows within a second, while a lost
 ``playback.*`` or ``error`` event is lost for good. Only a queue that holds no ``metrics``
 event drops another kind (its oldest). Every drop is counted in ``/metrics`` by event type.
+A socket's reader waits for room in its queue (:meth:`EventQueue.room`) before it reads the
+next message, for a while: a client that sends a burst gets every answer at the pace it reads
+them, and one that stops reading cannot hold the reader for good.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
 
@@ -27,6 +31,8 @@ class EventQueue:
         self._items: deque[ServerEvent] = deque()
         self._on_drop = on_drop
         self._readable = asyncio.Event()
+        self._roomy = asyncio.Event()  # set when the queue is at most half full
+        self._roomy.set()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -40,12 +46,22 @@ class EventQueue:
             self._items.remove(victim)
         self._items.append(event)
         self._readable.set()
+        if len(self._items) > self.maxsize // 2:
+            self._roomy.clear()
 
     async def get(self) -> ServerEvent:
         while not self._items:
             self._readable.clear()
             await self._readable.wait()
-        return self._items.popleft()
+        event = self._items.popleft()
+        if len(self._items) <= self.maxsize // 2:
+            self._roomy.set()
+        return event
+
+    async def room(self, patience_s: float) -> None:
+        """Until the queue is at most half full, or ``patience_s`` has passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._roomy.wait(), patience_s)
 
     def _victim(self, incoming: ServerEvent) -> ServerEvent:
         for event in self._items:
@@ -76,6 +92,10 @@ class SessionEvents:
         if not self._ready_pending:
             self._ready_pending = True
             self.emit(self._ready_event())
+
+    async def room(self, patience_s: float) -> None:
+        """Until the control socket's queue has room (see :meth:`EventQueue.room`)."""
+        await self._control.room(patience_s)
 
     async def next(self) -> ServerEvent:
         """The control socket's next event."""

@@ -70,7 +70,7 @@ class Session:
                                  self.liveness, self.trace, metrics, self.events.emit, self._viewer_connected,
                                  record_dir)
         self.peer = PeerSlot()
-        self.tasks = TaskSet(f"{session_id}:")
+        self.tasks = TaskSet(f"{session_id}:", self._task_failed)
         self.tasks.spawn(self.inbound.voice.run(), "intake")
 
     @property
@@ -130,6 +130,12 @@ class Session:
             log.error("session %s: %s (%s)", self.id, exc.message, exc.code)
             self.events.emit(ErrorEvent(code=exc.code, message=exc.message))
             self.tasks.spawn(self.close(exc.code), "close")
+
+    def _task_failed(self, task: asyncio.Task, exc: BaseException) -> None:
+        """One of the session's tasks died: logged with the session, and the client is told."""
+        log.error("session %s: task %s died", self.id, task.get_name(), exc_info=exc)
+        self.events.emit(ErrorEvent(code="internal_error",
+                                    message=f"{task.get_name()} stopped ({exc.__class__.__name__})"))
 
     def _on_quality(self, change: QualityEvent) -> None:
         self.metrics.quality_changes.labels(change.reason).inc()

@@ -6,13 +6,15 @@ an open utterance that a synthesis task fills sentence by sentence, ``audio.appe
 time, until ``audio.commit`` closes it. So an ``audio.commit`` sent after a ``speak`` is
 never played before it, and the first sentence of a long text plays while the rest is
 being synthesised. ``interrupt`` bumps a generation counter, so syntheses in flight from
-before it stop rather than play.
+before it stop rather than play. A synthesis that fails, however, fails its own utterance (an
+``error`` event, ``tts_failed``, naming it): the worker goes on to the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from server.media.audio import Resampler
 from server.voice import tts
 from server.voice.speech import BacklogFull, SpeechQueue, TooManyUtterances, Utterance
 
+log = logging.getLogger(__name__)
 INTAKE_QUEUE = 16
 # Containers sent where raw PCM16 is expected: refused with a hint instead of played as noise.
 _CONTAINER_MAGIC = {b"RIFF": "WAV", b"OggS": "Ogg", b"fLaC": "FLAC", b"ID3\x03": "MP3", b"ID3\x04": "MP3"}
@@ -197,6 +200,10 @@ class SpeechIntake:
             except ControlError as exc:
                 self._emit(ErrorEvent(code=exc.code, message=f"{job.utterance.id}: {exc.message}",
                                       utterance_id=job.utterance.id))
+            except Exception as exc:  # the backend failed on this text: this utterance fails, the voice speaks on
+                log.warning("synthesis of utterance %s failed", job.utterance.id, exc_info=True)
+                self._emit(ErrorEvent(code="tts_failed", utterance_id=job.utterance.id,
+                                      message=f"{job.utterance.id}: synthesis failed ({exc.__class__.__name__})"))
             finally:
                 if job.generation == self._generation:
                     self._close(job.utterance)
