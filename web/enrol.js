@@ -121,6 +121,7 @@ export function personalAvatars({ $, api, authHeaders, token, log, onReady, reco
     preview.srcObject = camera;
     $("enrol-live").hidden = $("enrol-script").hidden = $("enrol-cancel").hidden = false;
     $("enrol-script").textContent = SCRIPT;
+    $("enrol-live").scrollIntoView({ block: "nearest" });
     const stopMeter = levelMeter(camera);
     const type = ["video/webm;codecs=vp8", "video/webm"].find((t) => MediaRecorder.isTypeSupported(t)) || "";
     const recorder = new MediaRecorder(camera, type ? { mimeType: type } : {});
@@ -176,5 +177,6 @@ export function personalAvatars({ $, api, authHeaders, token, log, onReady, reco
     await upload(file, name);
   });
   $("enrol-record").onclick = () => guarded(record);
+  $("enrol-record").textContent = `Record ${recordSeconds} s`;
   $("enrol-cancel").onclick = () => cancel?.();
 }

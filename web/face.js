@@ -94,6 +94,9 @@ export class FacePicker {
     this.active = { kind: face.kind, name: face.name ?? null, label };
     this.error("");
     this.describe();
+    // Before Start the stage shows the chosen face (where there is a picture of it).
+    const picture = card.querySelector("img.thumb:not([hidden])");
+    this.$("video").poster = picture?.src || "";
     this.onChange?.(this.active);
   }
 

@@ -54,7 +54,7 @@ async def _talk_as(page, srv, name: str, shot) -> None:
     for img in ("#enrol-face-img", f".face.personal[data-name='{name}'] img"):
         await page.wait_for_function(f"document.querySelector(\"{img}\").naturalWidth === 512", timeout=10_000)
     assert await page.is_visible("#enrol-face-img")
-    await page.screenshot(path=str(shot))
+    await page.screenshot(path=str(shot), full_page=True)
     await page.click("#start")
     await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
     (session,) = srv.manager.sessions.values()
@@ -97,7 +97,7 @@ async def test_a_clip_recorded_from_the_camera_becomes_the_avatar(tmp_path, spea
         await page.wait_for_function("document.querySelector('#enrol-level').value > 0.05", timeout=10_000)
         assert await page.text_content("#enrol-heard") == "your voice is heard"
         assert re.fullmatch(r"\d+ s", await page.text_content("#enrol-countdown"))
-        await page.screenshot(path=str(tmp_path / "recording.png"))
+        await page.screenshot(path=str(tmp_path / "recording.png"), full_page=True)
         await page.click("#enrol-cancel")
         await page.wait_for_function("document.querySelector('#enrol-status').textContent.includes('cancelled')")
         assert not await page.is_visible("#enrol-live") and not srv.manager.personal.enrolments
