@@ -5,10 +5,10 @@ The shipped portraits are loose head-and-shoulders crops. People bring selfies, 
 frames of talking-head footage, where the face fills the picture or is cut by its edge, and photos
 taken mid-word. ``hard_cases`` makes those from every portrait: tight squares with the face filling
 60-90% of the side, squares cut at the chin and at the forehead, and the portrait with its mouth
-open (its own rig's frame, saved as a photo).
+open (its own rig's frame, saved as a photo); and a moustache over a clean-shaven man's lip.
 
-``python -m engine.eval.hard_cases --sheet docs/photo_hard_cases.png`` draws a row per case: the
-photo as given, the rig's frame at rest, speaking, and with the head turned; it prints per case the
+``python -m engine.eval.hard_cases --sheet docs/photo_hard_cases.png`` draws a row per case (the
+tightest crops, the chin cut, the open mouths, the moustache): the photo as given, the rig's frame at rest, speaking, and with the head turned; it prints per case the
 share of output pixels drawn from outside the photo (over a sweep of strong motions) and the lip gap
 at rest against the speaking range.
 """
@@ -24,7 +24,14 @@ import numpy as np
 
 from engine.eval.mouths import portraits
 from engine.face.checks import FaceError, find_face
-from engine.face.landmarks import FACE_OVAL, LOWER_LIP_CENTER, UPPER_LIP_CENTER, Face
+from engine.face.landmarks import (
+    FACE_OVAL,
+    LIPS_OUTER_UPPER,
+    LOWER_LIP_CENTER,
+    MOUTH_CORNERS,
+    UPPER_LIP_CENTER,
+    Face,
+)
 from engine.face.rig import FaceMotion, PhotoRig
 from engine.photo.avatar import PhotoAvatar, photo_avatar
 
@@ -32,8 +39,10 @@ TIGHT = (("fill60", 0.6, None), ("fill75", 0.75, None), ("fill90", 0.9, None),
          ("cut-chin", 0.8, "chin"), ("cut-forehead", 0.8, "forehead"))
 # Strong motions (beyond what the driver usually reads): every corner of the head's range, mouth shut
 # and wide open.
+NOSE_BASE = 2  # the face mesh's point under the nose (subnasale)
 SWEEP = tuple(FaceMotion(jaw_open=j, yaw=y, pitch=p, roll=0.1, tx=tx, ty=0.03, talking=1.0)
               for j in (0.0, 1.0) for y in (-0.2, 0.2) for p in (-0.1, 0.1) for tx in (-0.03, 0.03))
+SHEET_CASES = ("fill90", "cut-chin", "open-mouth", "moustache")  # the rows of the contact sheet
 SHEET_COLUMNS: tuple[tuple[str, FaceMotion], ...] = (
     ("rest", FaceMotion()),
     ("speaking", FaceMotion(jaw_open=0.6, talking=1.0)),
@@ -65,13 +74,40 @@ def open_mouth_photo(image: np.ndarray, jaw_open: float = 0.7) -> np.ndarray:
     return PhotoRig.from_photo(photo.image, photo.face).render(FaceMotion(jaw_open=jaw_open, talking=1.0))
 
 
+def moustached(image: np.ndarray, donor: np.ndarray) -> np.ndarray:
+    """``image`` with the moustache of the man in ``donor`` over its upper lip: his hair between the
+    nose and the lip, carried over by the mouth corners and the nose's base, feathered in."""
+    face, hairy = find_face(image), find_face(donor)
+
+    def anchors(f: Face) -> np.ndarray:
+        return np.float32(f.landmarks[[MOUTH_CORNERS[0], MOUTH_CORNERS[1], NOSE_BASE], :2])
+
+    m = cv2.getAffineTransform(anchors(hairy), anchors(face))
+    hair = cv2.warpAffine(donor, m, (image.shape[1], image.shape[0]), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_REFLECT)
+    lm = face.landmarks[:, :2]
+    reach = 0.15 * face.mouth_width
+    poly = np.concatenate([lm[list(LIPS_OUTER_UPPER)] + [0, 0.05 * reach],
+                           [lm[MOUTH_CORNERS[1]] + [reach, -reach], lm[NOSE_BASE],
+                            lm[MOUTH_CORNERS[0]] + [-reach, -reach]]])
+    mask = np.zeros(image.shape[:2], np.float32)
+    cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1.0)
+    mask = cv2.GaussianBlur(mask, (0, 0), 0.03 * face.mouth_width)[..., None]
+    return np.clip(image * (1 - mask) + hair * mask + 0.5, 0, 255).astype(np.uint8)
+
+
 def hard_cases() -> list[tuple[str, np.ndarray]]:
-    """(name, RGB photo) of every case: each portrait's tight crops, then its open-mouth photo."""
+    """(name, RGB photo) of every case: each portrait's tight crops and its open-mouth photo, then a
+    clean-shaven portrait given the bearded one's moustache."""
     cases = []
-    for name, image in portraits():
+    shipped = portraits()
+    for name, image in shipped:
         face = find_face(image)
         cases += [(f"{name} {label}", tight_crop(image, face, fill, cut)) for label, fill, cut in TIGHT]
         cases.append((f"{name} open-mouth", open_mouth_photo(image)))
+    by_name = dict(shipped)
+    shaven, bearded = by_name["christophe_henner"], by_name["filippo_giunchedi"]
+    cases.append(("christophe_henner moustache", moustached(shaven, bearded)))
     return cases
 
 
@@ -109,8 +145,8 @@ def _label(text: str, width: int, height: int = 24) -> np.ndarray:
     return strip
 
 
-def sheet(path: Path, cases: list[tuple[str, np.ndarray]], width: int = 160) -> None:
-    """A row per case: the photo as given (letterboxed to a square), then the rig's frame per column."""
+def sheet(path: Path, cases: list[tuple[str, np.ndarray]], width: int = 128) -> None:
+    """A row per case: the photo as given, then the rig's frame per column."""
     rows = [np.concatenate([_label("photo", width)] + [_label(n, width) for n, _ in SHEET_COLUMNS], axis=1)]
     for name, image in cases:
         given = cv2.resize(image, (width, width), interpolation=cv2.INTER_AREA)
@@ -143,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{name:<32} {image.shape[1]:>4}x{image.shape[0]:<4} {f.outside:>8.4f} {f.rest_gap:>9.2f}")
     if args.sheet:
-        sheet(args.sheet, cases)
+        sheet(args.sheet, [(name, image) for name, image in cases if name.endswith(SHEET_CASES)])
     return 0
 
 
