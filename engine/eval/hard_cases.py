@@ -8,9 +8,10 @@ taken mid-word. ``hard_cases`` makes those from every portrait: tight squares wi
 open (its own rig's frame, saved as a photo); and a moustache over a clean-shaven man's lip.
 
 ``python -m engine.eval.hard_cases --sheet docs/photo_hard_cases.png`` draws a row per case (the
-tightest crops, the chin cut, the open mouths, the moustache): the photo as given, the rig's frame at rest, speaking, and with the head turned; it prints per case the
-share of output pixels drawn from outside the photo (over a sweep of strong motions) and the lip gap
-at rest against the speaking range.
+tightest crops, the chin cut, the open mouths, the moustache): the photo as given, the rig's frame
+at rest, speaking, and with the head turned. It prints for every case the share of output pixels
+drawn from outside the photo (over a sweep of strong motions) and the lip gap at rest against the
+speaking range.
 """
 
 from __future__ import annotations
