@@ -133,6 +133,13 @@ function setActivity() {
   $("badge").dataset.state = activity === "mirror" ? "off" : activity;
 }
 
+// Barge-in (your voice stops the avatar) is a thing of agent mode: in mirror mode your voice is the avatar's.
+function syncModeControls() {
+  const agent = $("mode").value === "agent";
+  $("barge-in").disabled = Boolean(state.attached) || !agent;
+  $("barge-in-why").hidden = agent;
+}
+
 function syncVoiceDefault() {
   // In mirror mode the avatar's voice is your own voice, delayed: muted unless asked for.
   $("voice").checked = $("mode").value === "agent";
@@ -285,7 +292,7 @@ function onEvent(ev) {
       log(`you stopped speaking (${ev.duration_s.toFixed(1)} s)`, "user");
       break;
     case "session.ready":
-      if (ev.mode !== $("mode").value) { $("mode").value = ev.mode; syncVoiceDefault(); }
+      if (ev.mode !== $("mode").value) { $("mode").value = ev.mode; syncVoiceDefault(); syncModeControls(); }
       log(`session ready: ${state.faces.active?.label || ev.avatar || "avatar"}, ${ev.mode} mode, `
         + `${ev.width}×${ev.height} at ${ev.fps} fps`);
       break;
@@ -331,7 +338,7 @@ function setRunning(running) {
   $("speak").disabled = !running || Boolean(state.attached);
   $("interrupt").disabled = !running || Boolean(state.attached);
   $("mode").disabled = Boolean(state.attached);
-  $("barge-in").disabled = Boolean(state.attached);
+  syncModeControls();
   state.faces.setEnabled(!running);
   $("quality").disabled = running;
   syncFaceControls();
@@ -501,6 +508,7 @@ function wire() {
   };
   $("mode").onchange = () => {
     syncVoiceDefault();
+    syncModeControls();
     setActivity();
     state.ws?.readyState === WebSocket.OPEN && state.ws.send(JSON.stringify({ type: "config", mode: $("mode").value }));
   };

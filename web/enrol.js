@@ -57,6 +57,8 @@ export function personalAvatars({ $, api, authHeaders, token, log, onReady, reco
 
   // The enrolled face as sessions will animate it, before it is used.
   function showFace(name, caption) {
+    $("enrol-face-img").hidden = false;
+    $("enrol-face-img").onerror = () => { $("enrol-face-img").hidden = true; };  // e.g. behind a server token
     $("enrol-face-img").src = `/v1/avatars/${encodeURIComponent(name)}/face?t=${Date.now()}`;
     $("enrol-face-caption").textContent = caption;
     $("enrol-face").hidden = false;

@@ -101,6 +101,11 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         assert await page.evaluate(ACTIVE) == [{"kind": "drawn" if default in info["avatars"] else "portrait",
                                                 "name": default}]
         assert (await page.text_content("#face-active")).startswith("Chosen: ")
+        # Barge-in is a thing of agent mode: in mirror mode it is disabled, and says why.
+        assert await page.is_disabled("#barge-in") and await page.is_visible("#barge-in-why")
+        await page.select_option("#mode", "agent")
+        assert await page.is_enabled("#barge-in") and not await page.is_visible("#barge-in-why")
+        await page.select_option("#mode", "mirror")
         await page.screenshot(path=str(tmp_path / "1-first-visit.png"))
 
         # A photo: previewed, active, removable; "sharp (drawn)" does not apply to it, and says so.
