@@ -317,7 +317,9 @@ class PhotoRig:
         self._outward = _outward(border, s)
         d2 = ((border[:, None, :] - pts[None, : self._n_moving]) ** 2).sum(-1)
         weights = np.exp(-d2 / (BORDER_REACH * s) ** 2)
-        self._border_weights = np.where(weights < 0.01, 0.0, weights)  # beyond reach: fixed
+        weights = np.where(weights < 0.01, 0.0, weights)  # beyond reach: fixed
+        self._near_border = np.flatnonzero(weights.any(0))  # the moving points within reach of the border
+        self._border_weights = weights[:, self._near_border]
         # Ring 1 takes part of the jaw drop of its oval point (the neck stretches).
         self._ring1_jaw = RING_JAW_FOLLOW * self._jaw[ring1_oval]
         self._ring1_z = self._depth[ring1_oval]
@@ -345,7 +347,7 @@ class PhotoRig:
         self._rest_tri = self._locate(bary, self._gx.ravel(), self._gy.ravel(), raster.ravel()).reshape(gx.shape)
         region = np.zeros((s, s), np.uint8)
         can_move = np.arange(len(pts)) < self._n_moving
-        can_move[-self._n_border :] = self._border_weights.max(1) > 0
+        can_move[-self._n_border :] = self._border_weights.any(1)
         active = can_move[self.triangles].any(1)
         for tri in np.round(pts[self.triangles[active]] * 16).astype(np.int32):
             cv2.fillConvexPoly(region, tri, 1, cv2.LINE_8, 4)
@@ -478,11 +480,11 @@ class PhotoRig:
     def _follow(self, pts: np.ndarray) -> np.ndarray:
         """``pts`` with the frame's border points moved outwards with the motion near them (the
         largest outward motion of the control points within reach, by weight)."""
-        n1 = self._n_moving
-        d = pts[:n1] - self._src[:n1]
+        near = self._near_border
+        d = pts[near] - self._src[near]
         if not np.abs(d).max(initial=0.0) > 1e-6:
             return pts
-        out = np.einsum("bd,md->bm", self._outward, d)  # outward motion of each point, per border point
+        out = self._outward @ d.T  # outward motion of each point near the border, per border point
         push = (self._border_weights * np.maximum(out, 0.0)).max(1)
         pts[-self._n_border :] = self._src[-self._n_border :] + push[:, None] * self._outward
         return pts
