@@ -16,9 +16,10 @@ TESTS = Path(__file__).resolve().parent
 FUZZ_FILES = [
     "server/media/test_sdp.py",  # SDP offers, mutated, at a live peer
     "server/media/test_trickle_fuzz.py",  # trickle ICE fragments
-    "server/api/test_control_fuzz.py",  # control and observer socket messages
+    "server/api/test_control_fuzz.py",  # control and observer socket messages: shapes, sizes, number forms
     "server/voice/test_pcm_fuzz.py",  # pushed PCM
     "engine/media/test_image_fuzz.py",  # image headers and decoding
+    "engine/personal/test_enroll_fuzz.py",  # enrolment clips: containers, codecs, sizes, damaged headers
     "server/api/test_http_fuzz.py",  # every HTTP endpoint
 ]
 

@@ -1,6 +1,8 @@
 """Property-based fuzzing of the control socket: JSON of every shape, the protocol's own messages
-with wrong types and sizes, non-JSON text, binary frames with and without their announcement,
-interleaved on a controller and an observer socket of the same session. Every message is answered
+with wrong types and sizes, number literals of every form and length (thousands of digits, huge
+exponents, ``NaN``), non-JSON text, binary frames with and without their announcement, messages of
+every size up to the transport limit, interleaved on a controller and an observer socket of the
+same session. Every message is answered
 in order (a ping after each batch gets its pong), every ``error`` event has a code and a message,
 neither socket is closed, and the session and server are healthy afterwards."""
 
@@ -18,10 +20,12 @@ from hypothesis import strategies as st
 from server_helpers import make_settings, running_server, session_tasks, wait_until
 from websockets.sync.client import connect
 
+from server.api.uvicorn_config import transport_limit
 from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_BYTES = 8192
+LIMIT = transport_limit(make_settings(max_control_bytes=MAX_BYTES))
 FUZZ = fuzz(150)
 TYPES = ["speak", "audio.append", "audio.commit", "interrupt", "config", "ping", "dance", "", None, 7]
 
@@ -48,8 +52,26 @@ valid = st.sampled_from([
 
 
 @st.composite
+def number_literal(draw: st.DrawFn) -> str:
+    """A JSON number as written: any sign, digits (up to thousands), fraction and exponent, or a
+    constant Python's parser takes beyond JSON."""
+    if draw(st.integers(0, 5)) == 0:
+        return draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999999", "1.5e-99999", "-0", "0.0"]))
+    digits = "1" + "0" * draw(st.sampled_from([18, 19, 31, 32, 400, 4299, 4300, 6000]) | st.integers(0, 40))
+    fraction = draw(st.sampled_from(["", "", "", ".5", "." + "3" * 400]))
+    exponent = draw(st.sampled_from(["", "", "e"]))
+    if exponent:
+        exponent += str(draw(st.integers(-100_000, 100_000) | st.integers(-320, 320)))
+    return draw(st.sampled_from(["", "-"])) + digits + fraction + exponent
+
+
+@st.composite
 def any_message(draw: st.DrawFn) -> str | bytes:
-    kind = draw(st.sampled_from(["valid", "shaped", "json", "text", "binary", "too_large"]))
+    kind = draw(st.sampled_from(["valid", "shaped", "json", "text", "binary", "number", "too_large"]))
+    if kind == "number":
+        name, field = draw(st.sampled_from([("ping", "id"), ("audio.append", "sample_rate"), ("config", "mode")]))
+        literal = draw(number_literal())
+        return "{" + f'"type": "{name}", "{field}": {literal}' + "}"
     if kind == "valid":
         return json.dumps(draw(valid))
     if kind == "shaped":
@@ -60,12 +82,15 @@ def any_message(draw: st.DrawFn) -> str | bytes:
         return draw(st.text(max_size=200))
     if kind == "binary":
         return draw(st.binary(max_size=4096))
-    return draw(st.sampled_from(["x", "{", '{"type": "speak", "text": "'])) * (MAX_BYTES + 100)
+    size = draw(st.integers(MAX_BYTES + 1, LIMIT))
+    if draw(st.booleans()):
+        return bytes(size)
+    return (draw(st.sampled_from(["x", "{", '{"type": "speak", "text": "'])) * size)[:size]
 
 
 def messages() -> st.SearchStrategy[str | bytes]:
     """Within what the transport takes (past it the socket closes, by design: tested elsewhere)."""
-    return any_message().filter(lambda m: len(m) <= MAX_BYTES + 1000)
+    return any_message().filter(lambda m: len(m) <= LIMIT)
 
 
 def assert_event(raw: str) -> dict:
