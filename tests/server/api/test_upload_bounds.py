@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from personal_helpers import write_long_blank
 from server_helpers import make_settings, running_server, wait_until
 
 import server.api.avatars as avatars_api
@@ -145,3 +146,20 @@ async def test_a_client_that_leaves_mid_upload_leaves_nothing_behind(folders, tm
         assert srv.manager.personal.uploads.files() == []  # the enrolment's clip removed when it ended
         folder = srv.manager.personal.uploads.path
     assert not folder.exists() and os.listdir(folders[0]) == []  # the server's folder removed as it stopped
+
+
+async def test_an_enrolment_past_its_time_fails_with_timeout_and_frees_its_slot(folders, tmp_path):
+    write_long_blank(clip := tmp_path / "clip.mp4", 11)
+    settings = make_settings(avatar_store=str(tmp_path / "store"), upload_dir=folders[0], enrolment_timeout_s=0.001)
+    async with running_server(settings, config="puppet") as srv:
+        res = await srv.http.post("/v1/avatars", params={"name": "slow"}, content=clip.read_bytes(),
+                                  headers={"Content-Type": "video/mp4"})
+        assert res.status_code == 202, res.text
+        jobs = srv.manager.personal.enrolments
+        assert await wait_until(lambda: jobs["slow"].status == "failed", 10)
+        failed = (await srv.http.get("/v1/avatars/slow")).json()
+        assert failed["error"]["code"] == "timeout" and failed["error"]["message"].startswith("timeout:"), failed
+        again = await srv.http.post("/v1/avatars", params={"name": "next"}, content=clip.read_bytes(),
+                                    headers={"Content-Type": "video/mp4"})
+        assert again.status_code == 202, again.text  # the slot was freed
+        assert await wait_until(lambda: srv.manager.personal.uploads.files() == [], 10)
