@@ -76,7 +76,8 @@ def talking_frames(rig: PhotoRig, jaw: np.ndarray, marked: bool = True) -> list[
 def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640, faces: int = 1,
                   brightness: float = 1.0, marked: bool = True, scale: float = 1.0) -> np.ndarray:
     """Encode the rig speaking ``jaw`` into ``path`` (H.264 MP4; open mouths marked unless not
-    ``marked``; the face ``scale`` times its size); -> the (n,) openings written."""
+    ``marked``; the face ``scale`` times its size; a ``canvas`` smaller than the frames shows their
+    middle, as a tightly framed camera would); -> the (n,) openings written."""
     s = int(round(rig.size * scale))
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx264", rate=FPS)
@@ -86,9 +87,12 @@ def write_footage(path: Path, rig: PhotoRig, jaw: np.ndarray, canvas: int = 640,
         for frame in talking_frames(rig, jaw, marked):
             if scale != 1.0:
                 frame = cv2.resize(frame, (s, s), interpolation=cv2.INTER_AREA)
+            if s > canvas:  # framed tighter than the rig's frames: their middle fills the picture
+                c = (s - canvas) // 2
+                frame = frame[c : c + canvas, c : c + canvas]
             big = np.full((canvas, canvas, 3), 90, np.uint8)
-            o = (canvas - s) // 2
-            big[o : o + s, o : o + s] = frame
+            o = max((canvas - s) // 2, 0)
+            big[o : o + frame.shape[0], o : o + frame.shape[1]] = frame
             if faces > 1:  # a second, smaller copy of the face in a corner
                 small = frame[::2, ::2]
                 big[: small.shape[0], : small.shape[1]] = small

@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from engine.face.checks import MAX_YAW_DEGREES, MIN_INTEROCULAR, estimate_yaw
+from engine.face.checks import MAX_YAW_DEGREES, MIN_INTEROCULAR, FaceError, estimate_yaw
 from engine.face.crop import crop_face
 from engine.face.detect import detect_faces
 from engine.face.footage import (
@@ -358,7 +358,10 @@ def enroll(path: str | Path, progress: Progress | None = None,
             picked[k] = rgb
         if len(picked) == len(wanted):
             break
-    crop, face = crop_face(picked[rest.index], Face(rest.landmarks), PHOTO_SIZE)
+    try:
+        crop, face = crop_face(picked[rest.index], Face(rest.landmarks), PHOTO_SIZE)
+    except FaceError as exc:  # framed too tightly: the brows or the mouth at the picture's edge
+        raise EnrollError(exc.reason.replace("the photo is", "the video is").replace("a photo", "a video")) from None
     if mouth_visibility(crop, face).covered:
         raise EnrollError("the mouth is covered: film the lips in view")
     stable = _stable_points(face)

@@ -107,6 +107,17 @@ def test_unusable_footage_is_refused_in_one_line(kind, reason, speaker, tmp_path
     assert reason in err.value.reason and "\n" not in err.value.reason
 
 
+def test_tightly_framed_footage_is_framed_inside_the_picture(speaker, enrolled, tmp_path):
+    # A talking-head framing: the face fills the picture. The avatar's square lies inside the
+    # footage (``crop_face`` refuses any other) and shows the face larger than a loose clip does.
+    path = tmp_path / "tight.mp4"
+    write_footage(path, speaker, jaw_track(10.5), canvas=320)
+    avatar, _ = enroll(path)
+    assert avatar.face.interocular > 1.3 * enrolled[0].face.interocular
+    rows = avatar.image[-40:].astype(int)  # no curtain of replicated rows below the chin
+    assert np.abs(rows - rows[:1]).max() > 20
+
+
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(EnrollError, match="no such file"):
         enroll(Path(tmp_path / "nothing.mp4"))
