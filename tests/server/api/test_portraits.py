@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from server_helpers import make_settings, running_server, wait_until
 
@@ -41,3 +42,19 @@ async def test_portraits_are_listed_served_and_streamed():
         taken = await srv.http.post("/v1/avatars?name=grace_hopper", content=b"\x00" * 64,
                                     headers={"Content-Type": "video/mp4"})
         assert taken.status_code == 409 and taken.json()["error"]["code"] == "avatar_exists"
+
+
+async def test_a_photo_cut_through_the_mouth_is_refused_with_its_reason(astronaut, astronaut_face):
+    import base64
+
+    import cv2
+
+    from engine.face.landmarks import LIPS_OUTER_LOWER
+
+    cut = astronaut[: int(astronaut_face.points(LIPS_OUTER_LOWER)[:, 1].max()) + 2]
+    ok, png = cv2.imencode(".png", np.ascontiguousarray(cut[..., ::-1]))
+    async with running_server(make_settings()) as srv:
+        res = await srv.http.post("/v1/sessions", json={"image": base64.b64encode(png.tobytes()).decode()})
+        assert res.status_code == 400 and res.json()["error"]["code"] == "bad_image"
+        assert "cropped too tightly" in res.json()["error"]["message"]
+        assert not srv.manager.sessions
