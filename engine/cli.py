@@ -58,18 +58,23 @@ def _pipeline(args: argparse.Namespace):  # Pipeline is imported lazily so --hel
 
 
 def _personal(args: argparse.Namespace):
-    """The personal avatar ``--avatar`` names (one ``avatar enroll`` made), or None for a bundled one."""
+    """The photo avatar ``--avatar`` names (a bundled portrait, or a personal avatar ``avatar enroll``
+    made), or None for a drawn bundled one."""
     from engine.avatars import avatar_names
+    from engine.portraits import portrait_avatar, portrait_names
 
     if not args.avatar or args.avatar in avatar_names():
         return None
+    if args.avatar in portrait_names():
+        return portrait_avatar(args.avatar)
     from engine.personal.store import AvatarStore, StoreError
 
-    store = AvatarStore(args.store, reserved=tuple(avatar_names()))
+    bundled = avatar_names() + portrait_names()
+    store = AvatarStore(args.store, reserved=tuple(bundled))
     try:
         return store.load(args.avatar)
     except StoreError as exc:
-        raise CliError(f"unknown avatar {args.avatar!r}: not bundled ({', '.join(avatar_names())}) "
+        raise CliError(f"unknown avatar {args.avatar!r}: not bundled ({', '.join(bundled)}) "
                        f"and {exc.reason} in {store.root}") from None
 
 
@@ -210,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="render an audio file to an MP4 (H.264 + AAC)")
     render.add_argument("--audio", required=True, help="wav/flac/mp3/ogg, any rate, mono or stereo")
     render.add_argument("--out", required=True, help="output .mp4")
-    render.add_argument("--avatar", default=None, help="bundled or personal (avatar enroll) avatar name")
+    render.add_argument("--avatar", default=None,
+                        help="bundled (drawn, or a real portrait) or personal (avatar enroll) avatar name")
     render.add_argument("--store", default=None, help="the personal avatars' store (default: AVATAR_STORE)")
     render.add_argument("--image", default=None, help="reference image of the avatar")
     render.add_argument("--drawn", action="store_true",

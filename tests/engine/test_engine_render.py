@@ -147,6 +147,21 @@ def test_a_drawn_render_is_the_avatar_drawn_sharp_at_the_generated_motion(speech
     assert np.corrcoef(motion(drawn), motion(decoded))[0, 1] > 0.7, "the mouth moves as the generated one does"
 
 
+def test_a_bundled_portrait_renders_as_that_person(speech_wav: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from engine.portraits import portrait_avatar
+
+    out = tmp_path / "hopper.mp4"
+    code, _, err = run_cli(capsys, "--audio", str(speech_wav), "--out", str(out), "--avatar", "grace_hopper")
+    assert code == 0, err
+    with av.open(str(out)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    crop = portrait_avatar("grace_hopper").image.astype(np.float32)
+    assert frames.shape[1:] == crop.shape
+    upper = slice(0, crop.shape[0] // 2)  # eyes, glasses and cap: the photo's own pixels
+    assert np.abs(frames[:, upper].astype(np.float32) - crop[upper]).mean() < 6.0
+
+
 # --- audio input formats --------------------------------------------------------------------------
 
 FORMATS = [
@@ -184,6 +199,8 @@ def test_load_audio_keeps_the_duration_of_odd_rates(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path, astronaut: np.ndarray) -> dict[str, Path]:
     from engine.eval.variants import make_variants
+    from engine.face.checks import find_face
+    from engine.face.landmarks import LIPS_OUTER_LOWER
 
     folder = tmp_path_factory.mktemp("bad")
     text = folder / "notes.txt"
@@ -193,10 +210,13 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory, speech_wav: Path, astro
     assert empty.stat().st_size == 44  # a header and nothing else
     faceless = folder / "wall.png"
     Image.fromarray(np.full((300, 300, 3), 120, np.uint8)).save(faceless)
+    tight = folder / "tight.png"
+    lips = find_face(astronaut).points(LIPS_OUTER_LOWER)[:, 1].max()
+    Image.fromarray(astronaut[: int(lips) + 2]).save(tight)
     covered = folder / "covered.png"
     Image.fromarray(make_variants(astronaut, ["hand"])["hand"]).save(covered)
     return {"speech": speech_wav, "text": text, "empty": empty, "missing": folder / "nope.wav", "faceless": faceless,
-            "covered": covered}
+            "covered": covered, "tight": tight}
 
 
 def run_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -219,6 +239,8 @@ CASES = {
     "missing image": (["--audio", "{speech}", "--image", "{missing}"], "not found"),
     "image without a face": (["--audio", "{speech}", "--image", "{faceless}"], "wall.png: no face found"),
     "mouth covered": (["--audio", "{speech}", "--image", "{covered}"], "covered.png: the mouth is covered"),
+    "photo cut through the mouth": (["--audio", "{speech}", "--image", "{tight}"],
+                                    "tight.png: the photo is cropped too tightly"),
     "output folder missing": (["--audio", "{speech}", "--out", "{out_dir}/no/such/dir/x.mp4"], "does not exist"),
     "output is a folder": (["--audio", "{speech}", "--out", "{out_dir}"], "directory"),
     "unknown avatar": (["--audio", "{speech}", "--avatar", "nobody-here"], "unknown avatar"),
