@@ -332,6 +332,7 @@ async function pollStats() {
 }
 
 function setRunning(running) {
+  $("hint").hidden = running || Boolean(state.attached);
   $("start").disabled = running;
   $("stop").disabled = !running;
   $("mic").disabled = !running || !state.mic;

@@ -113,9 +113,15 @@ async def test_a_page_arriving_while_the_engine_measures_starts_without_a_retry(
             document.querySelector('#status').textContent)).observe(document.querySelector('#status'),
             {childList: true, characterData: true, subtree: true})""")
         await page.click("#start")
-        await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 10", timeout=30_000)
+        await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 10 "
+                                     "|| document.querySelector('#status').textContent === 'error'", timeout=30_000)
         marks = await page.evaluate("window.avatarDemo.stats.marks")
-        assert answers == [201], (answers, statuses)
+        message = await page.text_content("#message")
+        assert len(answers) == 1 and "measuring" not in message, (answers, statuses, message)  # no retry
+        if answers == [503]:  # a loaded machine: once measured, no room; said at once, in words
+            assert "one more session would make every stream stutter" in message, message
+            print(f"second session: the measure found no room; the page said {message!r}")
+            return
         assert len(srv.manager.sessions) == 2
         if marks["session"] > 1100:  # held past a second: the page said why
             assert "waiting for room" in statuses, (marks, statuses)
