@@ -23,6 +23,9 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="score a photo avatar of this image instead (lip sync, upper-face SSIM, seams, fps)")
     p.add_argument("--avatar", default=None, metavar="NAME",
                    help="score a personal avatar (avatar enroll) like a photo: its own mouth from its footage")
+    p.add_argument("--real", nargs="?", const="", default=None, metavar="DIR",
+                   help="score lip sync against real people's mouths: photo avatars of real talking-head clips "
+                        "driven by their own audio, face mesh on both (default DIR: the bundled set)")
     p.add_argument("--clips", type=int, default=4, help="held-out clips for lip sync, seams, PSNR/SSIM")
     p.add_argument("--json", default=None, help="write the full result as JSON")
     p.add_argument("--steps", type=int, default=None, help="sampling steps per N chunk, 1-8")
@@ -60,6 +63,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.clips < 1 or args.minutes < 0:
         print("avatar eval: error: --clips must be >= 1 and --minutes >= 0", file=sys.stderr)
         return 2
+    if args.real is not None:
+        return cmd_eval_real(args)
     if args.image or args.avatar:
         return cmd_eval_photo(args)
     from engine.eval.run import evaluate, format_table, update_card
@@ -115,6 +120,25 @@ def cmd_eval_photo(args: argparse.Namespace) -> int:
                + (f" --steps {args.steps}" if args.steps else "")
                + (f" --dtype {args.dtype}" if args.dtype else ""))
     return _report(args, pipe, result, format_photo_table(result), update_photo_card, command)
+
+
+def cmd_eval_real(args: argparse.Namespace) -> int:
+    """``avatar eval --real``: photo avatars of real talking-head clips driven by their own audio,
+    their lip gaps against the real ones (``engine.eval.real``), on the ``fast`` preset."""
+    from engine.eval.real import REAL_DIR, evaluate_real, format_real_table, real_clips, update_real_card
+
+    folder = Path(args.real) if args.real else REAL_DIR
+    paths = real_clips(folder)
+    if not paths:
+        print(f"avatar eval: error: no .mp4 clips in {folder}", file=sys.stderr)
+        return 2
+    pipe = _pipeline(args).preset(Preset.FAST)
+    result = evaluate_real(pipe, paths, seed=args.seed, log=(lambda _: None) if args.quiet else print)
+    command = (f"avatar eval --real{' ' + args.real if args.real else ''} --config {args.config} --seed {args.seed} "
+               f"--threads {args.threads} --device {args.device}"
+               + (f" --weights {args.weights}" if args.weights else "")
+               + (f" --steps {args.steps}" if args.steps else ""))
+    return _report(args, pipe, result, format_real_table(result), update_real_card, command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,22 +4,22 @@ Training must not draw from these lists: identity seeds at or above ``HELD_OUT_S
 the sentences in ``EVAL_SENTENCES`` (grammatical English; training speaks random word
 strings) and the voices in ``EVAL_VOICES``. Rates and pitches stay inside the training
 ranges: the test is generalisation to new voices and words, not extrapolation.
-Speech comes from Debian ``espeak-ng`` (offline), resampled to the engine's rate.
+Speech comes from Debian ``espeak-ng`` (offline), resampled to the engine's rate, with the
+phones it says and when (the synthesiser's own timings): the mouth's ground truth.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from engine.media.audio_io import load_audio
 from engine.puppet import Identity
+from engine.puppet.mouth import MouthTrack, phone_track
+from engine.puppet.visemes import Phone
 from engine.train.frame_readers import HELD_OUT_SEED
+from engine.train.speech import Speech
+from engine.train.speech import espeak as speak
 
 EVAL_SENTENCES: tuple[str, ...] = (
     "Bright lanterns drift across the quiet harbour before midnight.",
@@ -41,24 +41,9 @@ EVAL_RATES: tuple[int, ...] = (135, 160, 190)  # words per minute
 EVAL_PITCHES: tuple[int, ...] = (35, 50, 70)
 
 
-class SpeechError(RuntimeError):
-    """espeak-ng is missing or failed."""
-
-
-def espeak(text: str, sample_rate: int, voice: str = "en-us", rate: int = 160, pitch: int = 50) -> np.ndarray:
-    """Speak ``text`` with espeak-ng; mono float32 at ``sample_rate``."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise SpeechError("espeak-ng is not installed (Debian package espeak-ng)")
-    with tempfile.TemporaryDirectory(prefix="avatar-eval-") as tmp:
-        path = Path(tmp) / "speech.wav"
-        proc = subprocess.run(
-            [exe, "-v", voice, "-s", str(rate), "-p", str(pitch), "-w", str(path), "--", text],
-            capture_output=True, text=True, check=False,
-        )
-        if proc.returncode != 0 or not path.exists():
-            raise SpeechError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
-        return load_audio(path, sample_rate)
+def espeak(text: str, sample_rate: int, voice: str = "en-us", rate: int = 160, pitch: int = 50) -> Speech:
+    """Speak ``text`` with espeak-ng; mono float32 at ``sample_rate`` and the phones it says."""
+    return speak(text, voice, rate, pitch, sample_rate)
 
 
 @dataclass(frozen=True)
@@ -71,17 +56,22 @@ class Clip:
     pcm: np.ndarray
     sample_rate: int
     description: str
+    phones: tuple[Phone, ...] = ()  # what the speech says and when: the mouth's ground truth
 
     @property
     def seconds(self) -> float:
         return self.pcm.shape[0] / self.sample_rate
+
+    def truth(self, fps: int) -> MouthTrack:
+        """The mouth ground truth of every video frame, from the clip's phones."""
+        return phone_track(list(self.phones), self.pcm, self.sample_rate, fps)
 
 
 def silence(seconds: float, sample_rate: int) -> np.ndarray:
     return np.zeros(round(seconds * sample_rate), dtype=np.float32)
 
 
-def utterance(k: int, sample_rate: int) -> tuple[np.ndarray, str]:
+def utterance(k: int, sample_rate: int) -> tuple[Speech, str]:
     """The k-th held-out utterance: sentence, voice, rate and pitch all cycle at different periods."""
     text = EVAL_SENTENCES[k % len(EVAL_SENTENCES)]
     voice = EVAL_VOICES[k % len(EVAL_VOICES)]
@@ -95,9 +85,11 @@ def make_clip(i: int, sample_rate: int, seed: int = 0, sentences: int = 2) -> Cl
     (the pauses exercise listening motion and mouth closure)."""
     ident_seed = HELD_OUT_SEED + 1000 * seed + i
     ident = Identity.sample(np.random.default_rng(ident_seed), name=f"heldout{ident_seed}")
-    parts, notes = [silence(0.4, sample_rate)], []
+    parts, notes, phones = [silence(0.4, sample_rate)], [], []
     for j in range(sentences):
-        pcm, note = utterance(i * sentences + j + 7 * seed, sample_rate)
-        parts += [pcm, silence(0.6, sample_rate)]
+        said, note = utterance(i * sentences + j + 7 * seed, sample_rate)
+        offset = sum(p.size for p in parts) / sample_rate
+        phones += [Phone(p.name, p.start + offset, p.end + offset) for p in said.phones]
+        parts += [said.pcm, silence(0.6, sample_rate)]
         notes.append(note)
-    return Clip(f"clip{i}", ident, ident_seed, np.concatenate(parts), sample_rate, " | ".join(notes))
+    return Clip(f"clip{i}", ident, ident_seed, np.concatenate(parts), sample_rate, " | ".join(notes), tuple(phones))

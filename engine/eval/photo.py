@@ -5,8 +5,9 @@ A photo session's frames are the photograph warped to the motion of a generated 
 photo is scored by what mediapipe's face mesh (``engine.face``) reads back from its frames:
 
 * lip sync: the inner-lip gap (``Face.lip_gap``, over the interocular distance so head
-  motion does not count) on every generated frame against the speech measure the stylised
-  eval scores against (``openness_series``: the gated RMS level of the audio per frame),
+  motion does not count) on every generated frame against the mouth ground truth the stylised
+  eval scores against (``Clip.truth``: the mouth of the phones the speech says; against the
+  audio's loudness envelope as a secondary line),
   Pearson r at lag 0 and at the best lag in [-3, 3] frames (``run.pooled_lip_sync``), on the
   held-out clips of ``material`` (voices and sentences training never saw);
 * upper-face identity: SSIM (``metrics.ssim``) of the eyes, brows and forehead against the
@@ -38,6 +39,7 @@ import cv2
 import numpy as np
 
 from engine.eval import metrics
+from engine.eval.envelope import loudness_envelope
 from engine.eval.material import make_clip
 from engine.eval.mesh import MeshReader, PhotoEvalError
 from engine.eval.mouths import THRESHOLDS as MOUTH_THRESHOLDS
@@ -66,7 +68,6 @@ from engine.media.image import ImageError, load_image
 from engine.photo.avatar import PhotoAvatar, photo_avatar
 from engine.pipeline import Pipeline
 from engine.presets import Preset
-from engine.puppet import openness_series
 
 MAX_LAG = 3
 THRESHOLDS = {
@@ -267,14 +268,16 @@ def evaluate_photo_clips(pipe: Pipeline, photo: PhotoAvatar, clips: int = 4, see
     """Lip sync, upper-face SSIM, seams and batch fps on ``clips`` held-out speech clips."""
     rig, upper = PhotoRig.from_photo(photo.image, photo.face), UpperFace(photo)
     band = seam_band(rig, photo.face)
-    pairs, out, frames_total, wall = [], [], 0, 0.0
+    pairs, envelope_pairs, out, frames_total, wall = [], [], [], 0, 0.0
     for k in range(clips):
         clip = make_clip(k, pipe.sample_rate, seed)
         frames, seconds = render_photo(pipe, photo, clip.pcm, seed + k)
         opens, ssims = score_frames(frames, photo, upper)
-        truth = openness_series(clip.pcm, pipe.sample_rate, pipe.fps)
+        truth = clip.truth(pipe.fps).openness
+        envelope = loudness_envelope(clip.pcm, pipe.sample_rate, pipe.fps)
         n = min(len(opens), len(truth))
         pairs.append((opens[:n], truth[:n]))
+        envelope_pairs.append((opens[:n], envelope[:n]))
         sync = metrics.lip_sync_series(opens[:n], truth[:n], MAX_LAG)
         seams = seam_scores(frames[:n], opens[:n], photo, band)
         out.append({"name": clip.name, "seconds": round(clip.seconds, 2), "speech": clip.description,
@@ -289,6 +292,7 @@ def evaluate_photo_clips(pipe: Pipeline, photo: PhotoAvatar, clips: int = 4, see
     return {
         "clips": out,
         "lip_sync": pooled_lip_sync(pairs, MAX_LAG),
+        "lip_sync_envelope": pooled_lip_sync(envelope_pairs, MAX_LAG),
         "upper_face_ssim_mean": float(np.mean([c["upper_face_ssim_mean"] for c in out])),
         "upper_face_ssim_min": float(min(c["upper_face_ssim_min"] for c in out)),
         "upper_face_ssim_landmarks_only": float(np.mean([c["upper_face_ssim_landmarks_only"] for c in out])),
@@ -496,7 +500,7 @@ def pictures(path: Path, pipe: Pipeline, photo: PhotoAvatar, tile: int = 384) ->
     from engine.eval.probe import measure_openness
 
     clip = make_clip(0, pipe.sample_rate)
-    truth = openness_series(clip.pcm, pipe.sample_rate, pipe.fps)
+    truth = clip.truth(pipe.fps).openness
     speaking = truth > 0.05
     frames, _ = render_photo(pipe, photo, clip.pcm)
     opens, _ = score_frames(frames, photo)

@@ -15,10 +15,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from engine.eval import metrics
-from engine.eval.material import make_clip
+from engine.eval.material import Clip, make_clip
 from engine.eval.probe import PROBE_PATH, load_probe
 from engine.frames import PublishedFrame
 from engine.puppet import Identity, face_track_from_audio, reference_image, render_video
+from engine.puppet.stream import face_track_from_mouth
 from engine.train.frame_readers import HELD_OUT_SEED
 from engine.train.probe import probe_dataset, train_openness_probe
 
@@ -268,20 +269,20 @@ def test_cli_flags_and_bad_values() -> None:
 
 
 class _PuppetPipeline:
-    """Stands in for a perfect engine: draws the puppet from the audio it is given, with the
-    face-track seed the evaluation uses for its ground truth, so frames should match exactly."""
+    """Stands in for a perfect engine: draws the puppet saying the clip's phones (the mouth the
+    evaluation takes for the truth), with the face-track seed it uses, so frames should match exactly."""
 
-    def __init__(self, identity: Identity, track_seed: int, size: int, interp: bool) -> None:
+    def __init__(self, clip: Clip, size: int, interp: bool) -> None:
         from engine.config import get_config
 
-        self.identity, self.track_seed, self.size = identity, track_seed, size
+        self.clip, self.identity, self.track_seed, self.size = clip, clip.identity, clip.identity_seed, size
         # no presets
         self.config = get_config("tiny").with_schedule(interp=interp).replace(fast_chunk=None, fast_steps=None)
         self.device, self.steps, self.weights_loaded = "cpu", 0, []
         self.fps, self.sample_rate, self.frame_size = 25, SR, (size, size)
 
     def render(self, pcm: np.ndarray, reference: np.ndarray, seed: int = 0) -> Iterator[PublishedFrame]:
-        states = face_track_from_audio(pcm, SR, 25, seed=self.track_seed)
+        states = face_track_from_mouth(self.clip.truth(25), seed=self.track_seed)[: -(-pcm.size // (SR // 25))]
         frames = render_video(self.identity, states, self.size)
         chunk = 16 if self.config.schedule.interp else 12
         for i, rgb in enumerate(frames):
@@ -293,12 +294,13 @@ def test_evaluate_scores_a_perfect_engine_as_perfect() -> None:
     from engine.eval.run import evaluate
 
     clip = make_clip(0, SR)
-    pipes = [_PuppetPipeline(clip.identity, clip.identity_seed, 128, interp) for interp in (True, False)]
+    pipes = [_PuppetPipeline(clip, 128, interp) for interp in (True, False)]
     result = evaluate(pipes[0], clips=1, long_minutes=0, no_interp=pipes[1], progress=False)  # type: ignore[arg-type]
     for label in ("interp", "no_interp"):
         res = result[label]
         assert res["lip_sync"]["pearson_r"] > 0.95 and res["lip_sync"]["best_lag"] == 0
-        assert res["psnr"] is None and res["ssim"] == pytest.approx(1.0)  # None: infinite, frames identical
+        assert res["psnr"] is None or res["psnr"] > 50  # None: infinite, frames identical
+        assert res["ssim"] == pytest.approx(1.0, abs=1e-3)
         assert 0.7 < res["seam_ratio"] < 1.4 and res["appearance"] > 0.9
     assert result["passes"]["lip_sync_r"] and result["passes"]["lip_sync_lag"]
 
