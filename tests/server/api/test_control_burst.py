@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from server_helpers import admitted_session, make_settings, running_server, speech_pcm16
+from server_helpers import admitted_session, make_settings, running_server, spawned_server, speech_pcm16
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -66,6 +66,23 @@ async def test_a_burst_of_pings_is_all_answered_slowly_with_the_socket_open(coun
         assert [e["id"] for e in events if e["type"] == "pong"] == list(range(count))
         assert [e for e in events if e["type"] == "error"] == []
         assert took >= (count - 2 * rate) / rate * 0.8, f"read at its pace: {took:.1f} s"
+
+
+@pytest.mark.slow
+async def test_a_burst_through_a_nodes_front_is_all_answered_with_the_socket_open():
+    env = {"AVATAR_ENGINE_SETTLE_S": "0", "AVATAR_WARM_UP": "false", "AVATAR_CONTROL_MESSAGES_PER_S": "1000",
+           **{f"AVATAR_{k.upper()}": str(v) for k, v in QUICK_KEEPALIVE.items()}}
+    async with spawned_server("micro", threads=1, extra=("--web-processes", "2"), env=env) as srv:
+        session = await admitted_session(srv, {"mode": "agent"}, patience_s=30)
+        url = f"{srv.ws_url}/v1/sessions/{session['session_id']}/control"
+
+        def flood() -> list[dict]:
+            with connect(url, ping_interval=None, subprotocols=control_subprotocols(session["token"]),
+                         open_timeout=10) as ws:
+                return burst(ws, [json.dumps({"type": "ping", "id": i}) for i in range(5000)], "last")
+
+        events = await asyncio.to_thread(flood)
+        assert [e["id"] for e in events if e["type"] == "pong"] == list(range(5000))
 
 
 async def test_a_minute_of_pcm_pushed_in_20_ms_messages_is_all_queued():
