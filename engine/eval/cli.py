@@ -41,7 +41,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     add_dtype_option(p)
     p.add_argument("--seed", type=int, default=0, help="picks the held-out identities and sentences")
     p.add_argument("--frames", default=None, metavar="PNG",
-                   help="write ground-truth over generated frames of the first clip as a PNG")
+                   help="write ground-truth over generated frames of the first clip as a PNG "
+                        "(with --real: every clip's real frames over its generated ones)")
     p.add_argument("--card", action="store_true",
                    help="record the results in the weights folder's model_card.json")
     p.add_argument("--quiet", action="store_true")
@@ -133,7 +134,8 @@ def cmd_eval_real(args: argparse.Namespace) -> int:
         print(f"avatar eval: error: no .mp4 clips in {folder}", file=sys.stderr)
         return 2
     pipe = _pipeline(args).preset(Preset.FAST)
-    result = evaluate_real(pipe, paths, seed=args.seed, log=(lambda _: None) if args.quiet else print)
+    result = evaluate_real(pipe, paths, seed=args.seed, log=(lambda _: None) if args.quiet else print,
+                           sheet=Path(args.frames) if args.frames else None)
     command = (f"avatar eval --real{' ' + args.real if args.real else ''} --config {args.config} --seed {args.seed} "
                f"--threads {args.threads} --device {args.device}"
                + (f" --weights {args.weights}" if args.weights else "")

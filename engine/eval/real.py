@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import av
+import cv2
 import numpy as np
 
 from engine.eval import metrics
 from engine.eval.envelope import loudness_envelope
 from engine.eval.mesh import MeshReader
 from engine.eval.photo import lip_openness, render_photo
-from engine.media.audio_io import load_audio
+from engine.face.checks import find_face
+from engine.face.crop import crop_box
+from engine.media.audio_io import load_audio, save_png
 from engine.photo.avatar import photo_avatar
 from engine.pipeline import Pipeline
 from engine.puppet import openness_series
@@ -131,15 +134,44 @@ def score_series(measured: np.ndarray, real: np.ndarray) -> dict[str, Any]:
     return {"r": r, "lag": lag}
 
 
-def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0) -> dict[str, Any]:
-    """The figures of one clip (see the module's docstring)."""
+@dataclass(frozen=True)
+class Generated:
+    """A photo session's frames and the wall seconds they took."""
+
+    frames: np.ndarray
+    seconds: float
+
+
+def side_by_side(clip: RealClip, real: np.ndarray, generated: np.ndarray, photo_frame: int, lag: int,
+                 count: int = 6, tile: int = 128) -> np.ndarray:
+    """Two rows of ``count`` tiles: the real face (cropped as the photo was) over the generated
+    frame showing the same moment (``lag`` frames later), at moments spread from the real
+    mouth's most closed to its most open."""
+    box = crop_box(find_face(clip.frames[photo_frame]), clip.frames.shape[1:])
+    n = min(len(real), len(generated.frames) - max(lag, 0))
+    order = np.argsort(real[:n], kind="stable")
+    picks = sorted(order[np.linspace(0, n - 1, count).round().astype(int)])
+
+    def fit(img: np.ndarray) -> np.ndarray:
+        return cv2.resize(img, (tile, tile), interpolation=cv2.INTER_AREA)
+
+    top = [fit(clip.frames[i, box.y0:box.y0 + box.side, box.x0:box.x0 + box.side]) for i in picks]
+    bottom = [fit(generated.frames[min(max(i + lag, 0), len(generated.frames) - 1)]) for i in picks]
+    return np.concatenate([np.concatenate(top, axis=1), np.concatenate(bottom, axis=1)], axis=0)
+
+
+def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0) -> tuple[dict[str, Any], np.ndarray]:
+    """The figures of one clip (see the module's docstring) and its side-by-side sheet."""
     real = lip_gaps(clip.frames)
-    photo = photo_avatar(clip.frames[int(np.argmin(real))])
-    frames, seconds = render_photo(pipe, photo, clip.pcm, seed)
-    generated = lip_gaps(frames)
+    photo_frame = int(np.argmin(real))
+    photo = photo_avatar(clip.frames[photo_frame])
+    made = Generated(*render_photo(pipe, photo, clip.pcm, seed))
+    generated = lip_gaps(made.frames)
     n = min(len(real), len(generated))
     avatar = score_series(generated[:n], real[:n])
     hits, total = closures_matched(real[:n], generated[:n], avatar["lag"])
+    sheet = side_by_side(clip, real, made, photo_frame, avatar["lag"])
+    frames, seconds = made.frames, made.seconds
     return {
         "name": clip.name, "held_out": clip.name in HELD_OUT, "seconds": round(clip.seconds, 2),
         "avatar": avatar,
@@ -149,7 +181,7 @@ def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0) -> dict[st
         "range": {"real": opening_range(real[:n]), "avatar": opening_range(generated[:n]),
                   "ratio": opening_range(generated[:n]) / max(opening_range(real[:n]), 1e-6)},
         "fps": len(frames) / seconds,
-    }
+    }, sheet
 
 
 def summary(clips: list[dict[str, Any]]) -> dict[str, Any]:
@@ -166,19 +198,23 @@ def summary(clips: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def evaluate_real(pipe: Pipeline, paths: list[Path], seed: int = 0,
-                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every clip's figures, and their means over the tuning clips and over the held-out ones."""
-    out = []
+def evaluate_real(pipe: Pipeline, paths: list[Path], seed: int = 0, log: Callable[[str], None] = print,
+                  sheet: Path | None = None) -> dict[str, Any]:
+    """Every clip's figures, and their means over the tuning clips and over the held-out ones;
+    with ``sheet``, a PNG of each clip's real frames over its generated ones."""
+    out, sheets = [], []
     t0 = time.perf_counter()
     for path in paths:
         clip = load_real_clip(path, pipe.sample_rate, pipe.fps)
-        scores = evaluate_real_clip(pipe, clip, seed)
+        scores, pair = evaluate_real_clip(pipe, clip, seed)
         out.append(scores)
+        sheets.append(pair)
         log(f"  {clip.name}: avatar r={scores['avatar']['r']:.3f} (lag {scores['avatar']['lag']:+d}) "
             f"envelope r={scores['envelope']['r']:.3f} heard r={scores['heard']['r']:.3f} "
             f"closures {scores['closures']['closed']}/{scores['closures']['real']} "
             f"range x{scores['range']['ratio']:.2f}")
+    if sheet is not None:
+        save_png(sheet, np.concatenate(sheets, axis=0))
     return {"clips": out, "tuning": summary([c for c in out if not c["held_out"]]),
             "held_out": summary([c for c in out if c["held_out"]]), "max_lag": MAX_LAG,
             "seconds": round(time.perf_counter() - t0, 1)}
