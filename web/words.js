@@ -82,6 +82,17 @@ export function plainWords(err, { name } = {}) {
     case "enrolment_running":
     case "enrolment_busy": return "Another avatar is being made right now. Try again when it has finished.";
     case "unknown_avatar": return `There is no avatar named “${name || ""}” any more.`;
+    case "upload_busy": return "A clip from here is still being sent. Wait for it to finish, then try again.";
+    case "avatar_unreadable": return "This avatar's files on the server are damaged. Delete it and make it again.";
+    case "body_too_large": return "What the page sent is too large for the server. Pick a smaller file.";
+    case "bad_quality": return "The server does not offer that quality any more. Reload the page.";
+    case "bad_request": return "The server did not understand the page's request. Reload the page and try again.";
+    case "unknown_session": return "The session ended before the video connected. Press Start again.";
+    case "bad_sdp":
+    case "sdp_too_large":
+    case "already_offered": return "The browser and the server could not set up the video connection. Press Start again.";
+    case "no_nodes":
+    case "node_unreachable": return `No machine of the cluster can take a session right now.${wait(err)}`;
     default: break;
   }
   if (err.name === "TypeError") return "The server cannot be reached. Check that it is running, then reload the page.";

@@ -1,8 +1,8 @@
 """The demo page as a first-time user meets it, in a real Chromium: one face picker whose active
 face is the one that streams (a decoded frame matches the picked photo's crop), stats that reset,
 an event log that numbers past 9 and says what happened in words, and every bad file a user can
-pick ending in one plain line on the page with nothing stored on the server. Screenshots are kept
-in the test's folder."""
+pick ending in one plain line on the page with nothing stored on the server, and every error code
+the page can meet said in a sentence. Screenshots are kept in the test's folder."""
 
 from __future__ import annotations
 
@@ -191,6 +191,34 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
 
 
 
+RAW = "raw server message"
+# Every error the page can meet (code, message as the server words it): what creating a session,
+# offering, enrolling and deleting can answer (docs/api.md).
+ERRORS = [
+    ("at_capacity", "the server is at its limit of 3 sessions; try again later"),
+    ("at_capacity", "this web process's event loop is 80% busy with 4 sessions: it takes no more; try again later"),
+    ("at_capacity", "every engine worker is at its real-time capacity; try again later"),
+    ("at_capacity", "every engine worker is at its real-time capacity or measuring its newest session; "
+                    "try again in 2 s"),
+    ("engine_unavailable", RAW), ("rate_limited", RAW), ("bad_token", RAW), ("bad_avatar", RAW),
+    ("bad_image", "no face found"), ("bad_image", "image is not valid base64"),
+    ("bad_image", "the photo is cropped too tightly (the mouth and chin touch the bottom edge): ..."),
+    ("bad_image", "face too small to animate: the eyes are 20 px apart, at least 40 px needed"),
+    ("bad_image", "face turned too far from the camera (about 40 degrees; ...)"),
+    ("bad_image", "the mouth is covered: a photo with the lips in view is needed"),
+    ("bad_image", "not a PNG, JPEG, WebP or GIF image"), ("bad_image", "corrupt JPEG: expected a marker"),
+    ("bad_image", "20x20 pixels; need at least 64x64"), ("image_too_large", RAW), ("body_too_large", RAW),
+    ("bad_video", "send the clip as video/* (raw body) or multipart/form-data"), ("bad_video", "the clip is empty"),
+    ("bad_video", "too short: 3.0 s of video, at least 10 s needed"), ("bad_video", "not a video (InvalidDataError)"),
+    ("bad_video", "no face found in most of the video: film one person facing the camera"),
+    ("bad_video", "several faces throughout the video: film one person alone"),
+    ("bad_video", "too dark: light the face"),
+    ("video_too_large", RAW), ("avatar_exists", RAW), ("bad_avatar_name", RAW), ("enrolment_running", RAW),
+    ("enrolment_busy", RAW), ("upload_busy", RAW), ("unknown_avatar", RAW), ("avatar_unreadable", RAW),
+    ("bad_quality", RAW), ("bad_request", RAW), ("unknown_session", RAW), ("bad_sdp", RAW),
+    ("already_offered", RAW), ("sdp_too_large", RAW), ("no_nodes", RAW), ("node_unreachable", RAW),
+]
+
 PLAIN = """() => ['#face-error', '#message', '#enrol-status']
   .map(s => document.querySelector(s)).filter(e => e.offsetParent !== null && e.textContent)
   .map(e => e.textContent)"""
@@ -285,3 +313,14 @@ async def test_every_bad_file_ends_in_one_plain_line_and_nothing_stored(tmp_path
                         f"Try again in {wait} seconds."), line
         assert len(srv.manager.sessions) == 1
         await page.screenshot(path=str(tmp_path / "7-server-full.png"))
+
+        # Every other code the page can meet has its own plain sentence too (web/words.js).
+        said = await page.evaluate("""async (errors) => {
+          const { plainWords } = await import("/static/words.js");
+          return errors.map(([code, message]) => plainWords({ code, message, retryAfter: 5 }, { name: "me" }));
+        }""", ERRORS)
+    for (code, message), words in zip(ERRORS, said, strict=True):
+        assert re.fullmatch(r"[A-Z“].*[.!]", words), (code, message, words)  # a sentence
+        assert message not in words and not re.search(r"\b[a-z]+_[a-z_]+\b", words), (code, message, words)
+    assert all(w.endswith("Try again in 5 seconds.") for w in said[:4]), said[:4]
+    assert len(set(said)) >= 0.6 * len(said), "most errors get words of their own"
