@@ -232,7 +232,10 @@ function openControl(session) {
     ["avatar.v1", `avatar.token.${session.token}`]);
   ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
   ws.onclose = (ev) => {
-    if (state.ws === ws && state.session) log(`control socket closed (${ev.code}${ev.reason ? ` ${ev.reason}` : ""})`);
+    if (state.ws === ws && state.session) {
+      log(`the server closed the session's control channel (${ev.code}${ev.reason ? ` ${ev.reason}` : ""}): `
+        + "events and typed text stop; press Stop, then Start", "warn");
+    }
   };
   const ping = setInterval(() => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ type: "ping", id: Date.now() })), 5000);
   state.timers.push(ping);
@@ -547,4 +550,4 @@ personalAvatars({
 });
 loadInfo()
   .then(() => { if (params.get("autostart") === "1") start(); })
-  .catch((err) => { setStatus("error"); showMessage(`Server unreachable: ${err.message}`, true); });
+  .catch((err) => { setStatus("error"); showMessage(plainWords(err), true); });
