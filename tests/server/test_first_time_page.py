@@ -86,6 +86,8 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
     picked = grey(crop_of(photo.read_bytes()))
     other = grey(crop_of(portrait("grace_hopper")))
     async with running_server(make_settings(max_sessions=1, drawn=True)) as srv, chromium(tmp_path) as (_, page):
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
         await page.set_viewport_size({"width": 1200, "height": 1000})
         await page.goto(f"{srv.url}/?mode=mirror")
         await page.wait_for_function("window.avatarDemo.faces?.active")
@@ -188,6 +190,7 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         log = await page.text_content("#log")
         assert "session ready: your photo (me.png)" in log and f"session ready: {second}" in log
         await page.screenshot(path=str(tmp_path / "4-log.png"), full_page=True)
+        assert errors == [], errors
 
 
 
