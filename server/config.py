@@ -131,6 +131,10 @@ class SessionSettings(BaseModel):
         DEFAULT_PRESET, description="preset for sessions that name none; on 2 CPU cores only `fast` keeps real time"
     )
     default_avatar: str | None = Field(None, description="the engine's default identity when unset")
+    page_avatar: str | None = Field(
+        "grace_hopper", description="the face the demo page starts on: a bundled real person (or any avatar "
+        "name); where the engine does not offer it, the default avatar"
+    )
     drawn: bool = Field(
         True, description="bundled avatars drawn by their renderer at the generated motion (sharp) for sessions "
         "that do not say; false: the decoder's frames (less CPU a frame)"

@@ -98,7 +98,7 @@ def make_settings(**overrides) -> Settings:
     # Sessions open back to back: admission's settling is what tests/server/session/test_admission.py tests.
     # web_loop_budget 1: the loop here is the test client's too, so its busy share is not the server's alone.
     base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2, "warm_up": False, "engine_settle_s": 0.0,
-            "web_loop_budget": 1.0}
+            "web_loop_budget": 1.0, "page_avatar": None}  # the page starts on the default (drawn) avatar
     base.update(overrides)
     return Settings.model_validate(base)
 

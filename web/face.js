@@ -38,7 +38,7 @@ export class FacePicker {
     photo.hidden = !info.reference_images;
     const cards = [...list.querySelectorAll(".face:not(.photo)")];
     const pick = cards.find((c) => c.dataset.name === wanted)
-      || cards.find((c) => c.dataset.name === info.default_avatar) || cards[0];
+      || cards.find((c) => c.dataset.name === (info.page_avatar || info.default_avatar)) || cards[0];
     if (this.active?.kind === "photo" && this.photoUrl) this.select({ kind: "photo" });
     else if (pick) this.select({ kind: pick.dataset.kind, name: pick.dataset.name });
   }
@@ -159,7 +159,8 @@ export class FacePicker {
 
   selectDefault() {
     const cards = [...this.$("face-list").querySelectorAll(".face:not(.photo)")];
-    const pick = cards.find((c) => c.dataset.name === this.info?.default_avatar) || cards[0];
+    const info = this.info || {};
+    const pick = cards.find((c) => c.dataset.name === (info.page_avatar || info.default_avatar)) || cards[0];
     if (pick) this.select({ kind: pick.dataset.kind, name: pick.dataset.name });
   }
 

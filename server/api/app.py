@@ -25,6 +25,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.api.avatars import create_router as avatars_router
+from server.api.body_limit import BodyLimit
+from server.api.clip_upload import FORM_OVERHEAD
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.engine_setup import engine_client
@@ -54,6 +56,16 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
+
+
+def body_limit(settings: Settings, path: str) -> int:
+    """The largest request body a route takes: a clip (perhaps in a multipart form), an image in a
+    JSON body (base64), else an SDP offer or a small JSON body."""
+    if path == "/v1/avatars":
+        return MAX_VIDEO_BYTES + FORM_OVERHEAD
+    if path == "/v1/sessions":
+        return settings.max_image_bytes * 4 // 3 + 4096
+    return settings.max_sdp_bytes + 4096
 
 
 def real_time_by_render(workers) -> dict[str, int]:
@@ -161,17 +173,6 @@ def create_app(
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, "http_error", str(exc.detail))
 
-    @app.middleware("http")
-    async def _cap_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        image_route = request.url.path == "/v1/sessions"
-        limit = (settings.max_image_bytes * 4 // 3 if image_route else settings.max_sdp_bytes) + 4096
-        if request.url.path == "/v1/avatars":
-            limit = MAX_VIDEO_BYTES + 64 * 1024  # a clip, perhaps in a multipart form
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return _error(413, "body_too_large", f"request body over {limit} bytes")
-        return await call_next(request)
-
     def manager(request: Request) -> SessionManager:
         return request.app.state.manager
 
@@ -215,6 +216,13 @@ def create_app(
                                getattr(pool, "restarts", 0))
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    def page_avatar(m) -> str:
+        """The face the demo page starts on: the settings' where the engine offers it."""
+        offered = m.engine.avatars + [p.name for p in m.engine.portraits]
+        if settings.page_avatar in offered:
+            return settings.page_avatar
+        return settings.default_avatar or m.engine.default_avatar
+
     @app.get(f"{API}/info", tags=["sessions"])
     async def info(request: Request) -> dict:
         m = manager(request)
@@ -225,6 +233,7 @@ def create_app(
                            "attribution": p.attribution, "url": f"{API}/portraits/{p.name}"}
                           for p in m.engine.portraits],
             "default_avatar": settings.default_avatar or m.engine.default_avatar,
+            "page_avatar": page_avatar(m),
             "personal_avatars": m.personal.names(),
             "reference_images": base.accepts_images,
             "drawn": settings.drawn and base.accepts_images,  # what a session gets unless it asks
@@ -350,5 +359,6 @@ def create_app(
     app.state.node_name = ""  # a node's web process: its name behind the node's front
     app.state.report = lambda node, address: node_report(app, node, address)  # what a front learns of it
     app.add_middleware(GatewayForwarded, secret=lambda: app.state.gateway_secret)
+    app.add_middleware(BodyLimit, limit_for=lambda path: body_limit(settings, path))
     app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too
     return app

@@ -17,6 +17,8 @@ from browser_helpers import CHROMIUM, chromium
 from personal_helpers import jaw_track, portrait_rig, write_footage
 from server_helpers import make_settings, running_server, wait_until
 
+from server.config import Settings
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.usefixtures("one_thread"),
@@ -85,7 +87,8 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
     save_png(photo, astronaut)
     picked = grey(crop_of(photo.read_bytes()))
     other = grey(crop_of(portrait("grace_hopper")))
-    async with running_server(make_settings(max_sessions=1, drawn=True)) as srv, chromium(tmp_path) as (_, page):
+    settings = make_settings(max_sessions=1, drawn=True, page_avatar=Settings().page_avatar)  # as shipped
+    async with running_server(settings) as srv, chromium(tmp_path) as (_, page):
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await page.set_viewport_size({"width": 1200, "height": 1000})
@@ -99,7 +102,8 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         assert [c["name"] for c in cards if c["kind"] == "drawn"] == info["avatars"]
         assert [c["name"] for c in cards if c["kind"] == "portrait"] == [p["name"] for p in info.get("portraits", [])]
         assert [c["kind"] for c in cards].count("photo") == 1
-        default = info.get("default_avatar") or first
+        default = info["page_avatar"]
+        assert default in [p["name"] for p in info["portraits"]], "the page starts on a real person"
         assert await page.evaluate(ACTIVE) == [{"kind": "drawn" if default in info["avatars"] else "portrait",
                                                 "name": default}]
         assert (await page.text_content("#face-active")).startswith("Chosen: ")

@@ -10,14 +10,16 @@ import pytest
 from server_helpers import make_settings, running_server, wait_until
 
 from engine.portraits import PORTRAITS, portrait
+from server.config import Settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 async def test_portraits_are_listed_served_and_streamed():
-    async with running_server(make_settings()) as srv:
+    async with running_server(make_settings(page_avatar=Settings().page_avatar)) as srv:
         info = (await srv.http.get("/v1/info")).json()
         listed = {p["name"]: p for p in info["portraits"]}
+        assert info["page_avatar"] in listed  # the page starts on a real person, as shipped
         assert list(listed) == [p.name for p in PORTRAITS]
         for p in PORTRAITS:
             assert listed[p.name]["licence"] == p.licence and p.label in listed[p.name]["label"]
