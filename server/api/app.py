@@ -25,8 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.api.avatars import create_router as avatars_router
-from server.api.body_limit import BodyLimit
-from server.api.clip_upload import FORM_OVERHEAD
+from server.api.body_limit import BodyLimit, route_limit
 from server.api.control import serve_control
 from server.api.cors import allow_origins
 from server.api.engine_setup import engine_client
@@ -37,7 +36,7 @@ from server.api.limits import ClientLimits, bearer, client_key
 from server.api.redact import install_redaction
 from server.api.report import REPORT_PATH, node_report
 from server.api.whip import create_router as whip_router
-from server.base.engine_link import MAX_VIDEO_BYTES, Engine, EngineError, sample_rate_of
+from server.base.engine_link import Engine, EngineError, sample_rate_of
 from server.base.errors import ApiError
 from server.base.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.base.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
@@ -56,16 +55,6 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     body = ErrorResponse.model_validate({"error": {"code": code, "message": message}})
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
-
-
-def body_limit(settings: Settings, path: str) -> int:
-    """The largest request body a route takes: a clip (perhaps in a multipart form), an image in a
-    JSON body (base64), else an SDP offer or a small JSON body."""
-    if path == "/v1/avatars":
-        return MAX_VIDEO_BYTES + FORM_OVERHEAD
-    if path == "/v1/sessions":
-        return settings.max_image_bytes * 4 // 3 + 4096
-    return settings.max_sdp_bytes + 4096
 
 
 def real_time_by_render(workers) -> dict[str, int]:
@@ -359,6 +348,6 @@ def create_app(
     app.state.node_name = ""  # a node's web process: its name behind the node's front
     app.state.report = lambda node, address: node_report(app, node, address)  # what a front learns of it
     app.add_middleware(GatewayForwarded, secret=lambda: app.state.gateway_secret)
-    app.add_middleware(BodyLimit, limit_for=lambda path: body_limit(settings, path))
+    app.add_middleware(BodyLimit, limit_for=lambda path: route_limit(settings, path))
     app.add_middleware(JsonErrors)  # outermost: errors written by any middleware are JSON too
     return app

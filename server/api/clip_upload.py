@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from server.base.errors import ApiError
 
@@ -90,9 +90,16 @@ async def receive_clip(request: Request, path: Path, limit: int) -> int:
     415 for another type, 400 for an empty clip or a form without one."""
     kind, options = parse_options_header(request.headers.get("content-type", ""))
     kind = kind.decode("latin-1").lower()
+    try:
+        return await _receive(request, path, limit, kind, options.get(b"boundary"))
+    except ClientDisconnect:  # the client left, or was answered 413 by the body limit: nobody to answer
+        raise ApiError(400, "bad_video", "the client left before the clip was in") from None
+
+
+async def _receive(request: Request, path: Path, limit: int, kind: str, boundary: bytes | None) -> int:
     with path.open("wb") as out:
         if kind == "multipart/form-data":
-            written = await _receive_form(request, out, limit, options.get(b"boundary"))
+            written = await _receive_form(request, out, limit, boundary)
         elif kind.startswith("video/") or kind == "application/octet-stream":
             written = 0
             async for chunk in request.stream():

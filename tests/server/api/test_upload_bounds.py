@@ -1,7 +1,8 @@
-"""Enrolment uploads as an attacker sends them: bodies with no declared length (chunked), raw or
-as a multipart form, far over the cap; uploads in parallel; a client that leaves mid-upload. Each
-is stopped by what has arrived, not by what the client declared: 413 soon after the cap with
-the disk it took given back, 429 before a second body is read, nothing left in the upload folder."""
+"""Uploads as an attacker sends them: bodies with no declared length (chunked), raw or as a
+multipart form, far over the cap, to the enrolment route and to every other; uploads in parallel;
+a client that leaves mid-upload. Each is stopped by what has arrived, not by what the client
+declared: 413 soon after the cap with the disk it took given back, 429 before a second body is
+read, nothing left in the upload folder."""
 
 from __future__ import annotations
 
@@ -56,11 +57,12 @@ class Upload:
 
 
 @asynccontextmanager
-async def upload(url: str, name: str, content_type: str) -> AsyncIterator[Upload]:
+async def upload(url: str, name: str, content_type: str, path: str | None = None) -> AsyncIterator[Upload]:
+    """A chunked POST to ``path`` (default: enrolling ``name``)."""
     where = urlsplit(url)
     reader, writer = await asyncio.open_connection(where.hostname, where.port)
-    writer.write(f"POST /v1/avatars?name={name} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: {content_type}\r\n"
-                 f"Transfer-Encoding: chunked\r\n\r\n".encode())
+    writer.write(f"POST {path or '/v1/avatars?name=' + name} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                 f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
     try:
         yield Upload(reader, writer)
     finally:
@@ -107,6 +109,17 @@ async def test_an_undeclared_body_over_the_cap_is_stopped_as_it_arrives(content_
         retry = await srv.http.post("/v1/avatars", params={"name": "big"}, content=b"x" * 100,
                                     headers={"Content-Type": "video/mp4"})
         assert retry.status_code == 202, retry.text  # the slot was given back
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions", "/v1/sessions/nope/offer"])
+async def test_an_undeclared_body_to_any_route_is_stopped_at_its_limit(path, tmp_path):
+    settings = make_settings(max_image_bytes=64 * 1024)
+    limit = settings.max_image_bytes * 4 // 3 + 4096 if path == "/v1/sessions" else settings.max_sdp_bytes + 4096
+    async with running_server(settings, config="puppet") as srv, upload(srv.url, "", "application/json", path) as up:
+        peak, (status, body) = await flood(up, 64 * CAP, ())
+        assert (status, body["error"]["code"]) == (413, "body_too_large"), body
+        assert up.sent < limit + 4 * CAP, f"the server read {up.sent} bytes of a body limited to {limit}"
+        assert (await srv.http.get("/healthz")).status_code == 200
 
 
 async def test_parallel_uploads_are_refused_before_their_bodies_are_read(folders, tmp_path):
