@@ -52,7 +52,7 @@ class Checkpoint:
     gpu_peak_bytes: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchResult:
     config: str
     device: str

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from importlib.metadata import entry_points
@@ -160,8 +161,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from engine.parallel.hygiene import apply_hygiene
 
     applied = apply_hygiene(pipe, hygiene)
-    result = run_bench(pipe, seconds=args.seconds, chunks=args.chunks, checkpoints=checkpoints)
-    result.hygiene = list(applied)
+    result = dataclasses.replace(run_bench(pipe, seconds=args.seconds, chunks=args.chunks, checkpoints=checkpoints),
+                                 hygiene=list(applied))
     print(format_result(result))
     if args.json:
         write_json(result, args.json)

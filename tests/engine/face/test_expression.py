@@ -57,7 +57,7 @@ def test_lips_apart_in_the_photo_meet_at_rest(astronaut_rig):
 
 
 def test_closing_never_folds_the_mesh(astronaut_rig):
-    from engine.face.rig import _signed_areas
+    from engine.face.warp_mesh import signed_areas as _signed_areas
 
     for press in (0.5, 1.0):
         for jaw in (0.0, 0.3):
