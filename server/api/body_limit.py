@@ -79,7 +79,8 @@ class BodyLimit:
 
 async def _refuse(send: Send, error: ApiError) -> None:
     body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    # No "connection: close": the server reads on and drops the rest of the body (within the body
+    # deadline), so the client, still sending, reads this answer instead of a reset connection.
     await send({"type": "http.response.start", "status": error.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -23,9 +23,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from server.api.body_limit import BodyLimit, route_limit
 from server.api.forwarded import GATEWAY_HEADER
 from server.api.limits import ClientLimits, bearer, client_key
-from server.base.engine_link import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse
 from server.config import Settings
@@ -134,10 +134,6 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
     async def create_session(request: Request) -> Response:
         """Tried on the nodes by free capacity; a node that is full (503) passes it on to the next.
         Nodes check the bearer token (the gateway's, passed to them with its settings)."""
-        limit = settings.max_image_bytes * 4 // 3 + 4096
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise ApiError(413, "body_too_large", f"request body over {limit} bytes")
         any_node()
         if settings.auth_token is not None and bearer(request) != settings.auth_token:
             raise ApiError(401, "bad_token", "creating a session needs the server's bearer token")
@@ -181,13 +177,12 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
 
     @app.api_route("/v1/avatars", methods=["GET", "POST"], tags=["avatars"])
     async def avatars(request: Request) -> Response:
-        """Personal avatars: enrolled on the node their name hashes to, listed by any node."""
-        limit = MAX_VIDEO_BYTES + 64 * 1024
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise ApiError(413, "video_too_large", f"request body over {limit} bytes")
-        node = enrolling(request.query_params.get("name", "")) if request.method == "POST" else any_node()
-        return relayed(await forward(request.app.state.http, node, request))
+        """Personal avatars: enrolled on the node their name hashes to (the clip streamed on as it
+        arrives, never held here), listed by any node."""
+        if request.method == "GET":
+            return relayed(await forward(request.app.state.http, any_node(), request))
+        node = enrolling(request.query_params.get("name", ""))
+        return relayed(await forward(request.app.state.http, node, request, body=request.stream()))
 
     @app.api_route("/v1/avatars/{name}", methods=["GET", "DELETE"], tags=["avatars"])
     async def avatar(name: str, request: Request) -> Response:
@@ -213,5 +208,6 @@ def create_front(settings: Settings, membership: Members, metrics: GatewayMetric
         return FileResponse(WEB_DIR / "index.html")
 
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    app.add_middleware(BodyLimit, limit_for=lambda path: route_limit(settings, path))
     return app
 

@@ -6,8 +6,11 @@ Only what the API uses crosses (bearer token, SDP and JSON bodies, WHIP/WHEP's `
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 from fastapi import Request, Response
+from starlette.requests import ClientDisconnect
 
 from server.base.errors import ApiError
 from server.front.backends import Backend
@@ -17,8 +20,9 @@ RESPONSE_HEADERS = frozenset({"content-type", "location", "etag", "link", "retry
 
 
 async def forward(http: httpx.AsyncClient, node: Backend, request: Request, path: str | None = None,
-                  body: bytes | None = None) -> httpx.Response:
-    """``request`` (or ``body`` to ``path``) sent on to ``node``; 502 ``node_unreachable`` if it does not answer."""
+                  body: bytes | AsyncIterator[bytes] | None = None) -> httpx.Response:
+    """``request`` (or ``body`` to ``path``: bytes, or chunks streamed on as they arrive) sent on to
+    ``node``; 502 ``node_unreachable`` if it does not answer."""
     headers = {k: v for k, v in request.headers.items() if k in REQUEST_HEADERS}
     if request.client is not None:
         headers["x-forwarded-for"] = request.client.host
@@ -30,6 +34,8 @@ async def forward(http: httpx.AsyncClient, node: Backend, request: Request, path
             content=await request.body() if body is None else body,
             headers=headers,
         )
+    except ClientDisconnect:  # the client left mid-body, or was answered 413 by the body limit
+        raise ApiError(400, "bad_request", "the client left before its request body was in") from None
     except httpx.TransportError as exc:
         node.poke.set()  # a node that stopped answering is checked at once
         reason = exc.__class__.__name__

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from personal_helpers import write_long_blank
-from server_helpers import make_settings, running_server, wait_until
+from server_helpers import make_settings, running_server, spawned_server, wait_until
 
 import server.api.avatars as avatars_api
 
@@ -176,3 +176,21 @@ async def test_an_enrolment_past_its_time_fails_with_timeout_and_frees_its_slot(
                                     headers={"Content-Type": "video/mp4"})
         assert again.status_code == 202, again.text  # the slot was freed
         assert await wait_until(lambda: srv.manager.personal.uploads.files() == [], 10)
+
+
+@pytest.mark.slow
+async def test_an_undeclared_upload_through_a_nodes_front_is_streamed_and_stopped(tmp_path):
+    """The front streams the clip on to its web process (never holding it) and relays the 413."""
+    env = {"AVATAR_ENGINE_SETTLE_S": "0", "AVATAR_WARM_UP": "false", "AVATAR_UPLOAD_DIR": str(tmp_path / "uploads"),
+           "AVATAR_AVATAR_STORE": str(tmp_path / "store")}
+    async with spawned_server("micro", threads=1, extra=("--web-processes", "2"), env=env) as srv:
+        before = int(Path(f"/proc/{srv.pid}/status").read_text().split("VmRSS:")[1].split()[0]) * 1024
+        Path(f"/proc/{srv.pid}/clear_refs").write_text("5")
+        async with upload(srv.url, "big", "video/mp4") as up:
+            cap = avatars_api.MAX_VIDEO_BYTES
+            peak, (status, body) = await flood(up, 2 * cap, (tmp_path / "uploads",))
+        assert status == 413 and body["error"]["code"] in ("video_too_large", "body_too_large"), body
+        assert up.sent < cap + 64 * CAP and peak <= cap + len(CHUNK)
+        grew = int(Path(f"/proc/{srv.pid}/status").read_text().split("VmHWM:")[1].split()[0]) * 1024 - before
+        assert grew < 64 * CAP, f"the front's memory rose {grew / 2**20:.0f} MB"
+        assert await wait_until(lambda: disk_bytes(tmp_path / "uploads") == 0, 10)
