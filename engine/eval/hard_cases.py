@@ -5,11 +5,12 @@ The shipped portraits are loose head-and-shoulders crops. People bring selfies, 
 frames of talking-head footage, where the face fills the picture or is cut by its edge, and photos
 taken mid-word. ``hard_cases`` makes those from every portrait: tight squares with the face filling
 60-90% of the side, squares cut at the chin and at the forehead, and the portrait with its mouth
-open (its own rig's frame, saved as a photo); and a moustache over a clean-shaven man's lip.
+open (its own rig's frame, saved as a photo); a moustache over a clean-shaven man's lip; and the
+first frame of each real talking-head clip of the evaluation set.
 
 ``python -m engine.eval.hard_cases --sheet docs/photo_hard_cases.png`` draws a row per case (the
-tightest crops, the chin cut, the open mouths, the moustache): the photo as given, the rig's frame
-at rest, speaking, and with the head turned. It prints for every case the share of output pixels
+tightest crops, the chin cut, the open mouths, the moustache, the talking-head frames): the photo as
+given, the rig's frame at rest, speaking, and with the head turned. It prints for every case the share of output pixels
 drawn from outside the photo (over a sweep of strong motions) and the lip gap at rest against the
 speaking range.
 """
@@ -43,7 +44,7 @@ TIGHT = (("fill60", 0.6, None), ("fill75", 0.75, None), ("fill90", 0.9, None),
 NOSE_BASE = 2  # the face mesh's point under the nose (subnasale)
 SWEEP = tuple(FaceMotion(jaw_open=j, yaw=y, pitch=p, roll=0.1, tx=tx, ty=0.03, talking=1.0)
               for j in (0.0, 1.0) for y in (-0.2, 0.2) for p in (-0.1, 0.1) for tx in (-0.03, 0.03))
-SHEET_CASES = ("fill90", "cut-chin", "open-mouth", "moustache")  # the rows of the contact sheet
+SHEET_CASES = ("fill90", "cut-chin", "open-mouth", "moustache", "talking-clip")  # the rows of the contact sheet
 SHEET_COLUMNS: tuple[tuple[str, FaceMotion], ...] = (
     ("rest", FaceMotion()),
     ("speaking", FaceMotion(jaw_open=0.6, talking=1.0)),
@@ -109,7 +110,23 @@ def hard_cases() -> list[tuple[str, np.ndarray]]:
     by_name = dict(shipped)
     shaven, bearded = by_name["christophe_henner"], by_name["filippo_giunchedi"]
     cases.append(("christophe_henner moustache", moustached(shaven, bearded)))
-    return cases
+    return cases + talking_clip_frames()
+
+
+def talking_clip_frames() -> list[tuple[str, np.ndarray]]:
+    """(name, RGB frame): the first frame of each real talking-head clip of ``engine.eval.real``
+    (the held-out speakers' too: nothing about the framing is tuned on them), as a talking-head
+    dataset frames a face, often mid-word."""
+    import av
+
+    from engine.eval.real import real_clips
+
+    frames = []
+    for path in real_clips():
+        with av.open(str(path)) as container:
+            first = next(container.decode(video=0)).to_ndarray(format="rgb24")
+        frames.append((f"{path.stem} talking-clip", np.ascontiguousarray(first)))
+    return frames
 
 
 def outside_share(rig: PhotoRig, motions: tuple[FaceMotion, ...] = SWEEP) -> float:

@@ -16,7 +16,8 @@ def cases():
 
 
 def test_no_output_pixel_comes_from_outside_the_photo(cases):
-    assert len(cases) == 31
+    clips = sum(name.endswith("talking-clip") for name, _ in cases)
+    assert clips >= 5 and len(cases) == 31 + clips
     for name, photo in cases:
         rig = PhotoRig.from_photo(photo.image, photo.face)
         assert outside_share(rig, SWEEP[::3]) == 0.0, name
@@ -30,7 +31,7 @@ def test_a_face_filling_the_photo_fills_the_frame(cases):
 
 def test_an_open_mouth_photo_closes_in_silence(cases):
     for name, photo in cases:
-        if not name.endswith("open-mouth"):
+        if not name.endswith(("open-mouth", "talking-clip")):
             continue
         rig = PhotoRig.from_photo(photo.image, photo.face)
         read = MeshReader(photo.face.box)
@@ -38,9 +39,15 @@ def test_an_open_mouth_photo_closes_in_silence(cases):
         speaking = lip_gap(read(rig.render(FaceMotion(jaw_open=1.0, talking=1.0))))
         silent = lip_gap(read(rig.render(FaceMotion())))
         pressed = lip_gap(read(rig.render(FaceMotion(press=1.0, talking=1.0))))
-        assert given > 0.3 * speaking, name  # the photo's mouth is open
-        # The face mesh reads lips that meet in a photo as 0.3-0.7 px apart, and these at 2-4 px.
-        assert silent <= 0.1 * speaking and pressed <= 0.15 * speaking, (name, given, speaking, silent, pressed)
+        # The face mesh reads lips that meet in a photo as 0.3-0.7 px apart, and these at 2-7 px: the
+        # open-mouth portraits at 8-9% of their speaking gap, the real talking-head frames at 5-16%.
+        bound = 0.1
+        if name.endswith("open-mouth"):
+            assert given > 0.3 * speaking, name  # the photo's mouth is open
+        else:
+            bound = 0.18
+        assert silent <= bound * speaking and pressed <= max(bound, 0.15) * speaking, (name, given, speaking, silent,
+                                                                                       pressed)
 
 
 def test_a_moustached_mouth_still_talks(cases):
