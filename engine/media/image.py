@@ -124,3 +124,10 @@ def _fitted(im: Image.Image, fit: int | None) -> np.ndarray:
     if fit is not None and min(im.size) > fit:
         im = im.resize(_scaled(im.size, fit), Image.Resampling.LANCZOS, reducing_gap=2.0)
     return np.array(im, dtype=np.uint8)
+
+
+def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
+    """(H, W, 3) uint8 RGB -> JPEG bytes (a preview of what a photo session streams)."""
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(rgb)).save(out, format="JPEG", quality=quality)
+    return out.getvalue()

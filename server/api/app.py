@@ -36,7 +36,7 @@ from server.api.limits import ClientLimits, bearer, client_key
 from server.api.redact import install_redaction
 from server.api.report import REPORT_PATH, node_report
 from server.api.whip import create_router as whip_router
-from server.base.engine_link import Engine, EngineError, sample_rate_of
+from server.base.engine_link import Engine, EngineError, encode_jpeg, sample_rate_of
 from server.base.errors import ApiError
 from server.base.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.base.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
@@ -246,6 +246,16 @@ def create_app(
             if p.name == name:
                 return FileResponse(p.path, media_type="image/jpeg")
         raise ApiError(404, "unknown_portrait", f"no bundled portrait {name!r}")
+
+    @app.post(f"{API}/photos/framing", tags=["sessions"], response_class=Response,
+              responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
+    async def photo_framing(request: Request) -> Response:
+        """A photograph (raw PNG/JPEG/WebP/GIF body) checked as ``image`` in a new session would be:
+        the 512² JPEG a session of it starts from (its face framed), or the reason it is refused."""
+        if settings.auth_token is not None and bearer(request) != settings.auth_token:
+            raise ApiError(401, "bad_token", "checking a photo needs the server's bearer token")
+        photo = await manager(request).images.photo(await request.body())
+        return Response(encode_jpeg(photo.image), media_type="image/jpeg")
 
     @app.post(
         f"{API}/sessions",

@@ -22,11 +22,13 @@ from server.config import Settings
 
 def route_limit(settings: Settings, path: str) -> int:
     """The largest request body a route takes: a clip (perhaps in a multipart form), an image in a
-    JSON body (base64), else an SDP offer or a small JSON body."""
+    JSON body (base64) or raw (a photo's framing checked), else an SDP offer or a small JSON body."""
     if path == "/v1/avatars":
         return MAX_VIDEO_BYTES + FORM_OVERHEAD
     if path == "/v1/sessions":
         return settings.max_image_bytes * 4 // 3 + 4096
+    if path == "/v1/photos/framing":
+        return settings.max_image_bytes
     return settings.max_sdp_bytes + 4096
 
 

@@ -26,7 +26,7 @@ from engine.config import get_config
 from engine.frames import PublishedFrame
 from engine.media import piper
 from engine.media.audio_io import MediaError
-from engine.media.image import ImageLimits, ImageTooLarge, decode_image
+from engine.media.image import ImageLimits, ImageTooLarge, decode_image, encode_jpeg
 from engine.media.mp4 import Mp4Writer
 from engine.parallel.plan import ParallelPlan
 from engine.personal.enroll import MAX_BYTES as MAX_VIDEO_BYTES
@@ -46,6 +46,7 @@ __all__ = [
     "EnrollTimeout",
     "StoreError",
     "enroll",
+    "encode_jpeg",
     "Engine",
     "EngineClient",
     "EngineError",

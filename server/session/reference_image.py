@@ -37,13 +37,16 @@ class ReferenceImages:
             return None
         if options.avatar is not None:
             raise ApiError(400, "bad_image", "give either avatar or image, not both")
-        info = self._engine.info
-        if not info.accepts_images:
-            raise ApiError(400, "bad_image", f"the {info.config} engine draws bundled avatars only")
         try:
             data = base64.b64decode(options.image, validate=True)
         except (binascii.Error, ValueError):
             raise ApiError(400, "bad_image", "image is not valid base64") from None
+        return await self.photo(data)
+
+    async def photo(self, data: bytes) -> PhotoAvatar:
+        """A photograph's bytes made a photo avatar (its face found and framed); a 4xx if not."""
+        if not self._engine.info.accepts_images:
+            raise ApiError(400, "bad_image", f"the {self._engine.info.config} engine draws bundled avatars only")
         if len(data) > self._max_bytes:
             raise ApiError(413, "image_too_large", f"image over {self._max_bytes} bytes")
         try:

@@ -60,3 +60,23 @@ async def test_a_photo_cut_through_the_mouth_is_refused_with_its_reason(astronau
         assert res.status_code == 400 and res.json()["error"]["code"] == "bad_image"
         assert "cropped too tightly" in res.json()["error"]["message"]
         assert not srv.manager.sessions
+
+
+async def test_a_photo_is_checked_before_a_session_and_shows_its_framing(astronaut, astronaut_crop):
+    import cv2
+
+    from engine.media.image import decode_image
+
+    ok, png = cv2.imencode(".png", np.ascontiguousarray(astronaut[..., ::-1]))
+    async with running_server(make_settings()) as srv:
+        res = await srv.http.post("/v1/photos/framing", content=png.tobytes(), headers={"Content-Type": "image/png"})
+        assert res.status_code == 200 and res.headers["content-type"] == "image/jpeg"
+        framed = decode_image(res.content, fit=None)
+        crop, _ = astronaut_crop
+        assert framed.shape == crop.shape and np.abs(framed.astype(int) - crop).mean() < 4  # what a session streams
+        blank = cv2.imencode(".png", np.full((300, 300, 3), 120, np.uint8))[1].tobytes()
+        res = await srv.http.post("/v1/photos/framing", content=blank, headers={"Content-Type": "image/png"})
+        assert res.status_code == 400 and res.json()["error"] == {"code": "bad_image", "message": "no face found"}
+        res = await srv.http.post("/v1/photos/framing", content=b"\x89PNG" + bytes(3 << 20))
+        assert res.status_code == 413
+        assert not srv.manager.sessions
