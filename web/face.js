@@ -134,8 +134,14 @@ export class FacePicker {
     } catch {
       return refuse(`“${file.name}” could not be read as a picture (damaged or not really ${PHOTO_TYPES}).`);
     }
+    let framed;
+    try {
+      framed = await this.framing(file);
+    } catch (err) {
+      return refuse(plainWords(err));
+    }
     if (this.photoUrl) URL.revokeObjectURL(this.photoUrl);
-    this.photoUrl = URL.createObjectURL(file);
+    this.photoUrl = URL.createObjectURL(framed);
     const preview = this.$("image-preview");
     preview.src = this.photoUrl;
     preview.hidden = false;
@@ -143,6 +149,22 @@ export class FacePicker {
     this.$("image-clear").hidden = false;
     this.$("image-pick").querySelector(".label").textContent = "your photo";
     this.select({ kind: "photo" });
+  }
+
+  /** The photo as a session of it starts: the server finds and frames its face (the preview shows
+   * that square), or answers why it cannot — before Start, so a bad photo is refused when picked. */
+  async framing(file) {
+    const token = this.token();
+    const res = await fetch("/v1/photos/framing", {
+      method: "POST", body: file,
+      headers: { "Content-Type": file.type, ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+    });
+    if (res.ok) return res.blob();
+    const data = await res.json().catch(() => ({}));
+    const error = new Error(data.error?.message || res.statusText);
+    error.code = data.error?.code;
+    error.status = res.status;
+    throw error;
   }
 
   clearPhoto() {
