@@ -391,7 +391,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
 
 def card_entry(result: dict[str, Any]) -> dict[str, Any]:
     """The figures a model card keeps from one ``evaluate`` result."""
-    keys = ("lip_sync", "seam_ratio", *SHARPNESS, "appearance", "real_time_factor")
+    keys = ("lip_sync", "lip_sync_envelope", "seam_ratio", *SHARPNESS, "appearance", "real_time_factor")
     entry: dict[str, Any] = {
         label: {k: result[label][k] for k in keys} for label in LABELS if label in result
     }

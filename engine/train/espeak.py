@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import multiprocessing
 import threading
 
 import numpy as np
@@ -97,7 +98,16 @@ def _library() -> _Library:
 
 def speak_phones(text: str, voice: str, rate: int, pitch: int) -> tuple[np.ndarray, int, list[Phone]]:
     """``text`` in an espeak-ng voice -> (float32 mono audio, its sample rate, its phones with the
-    synthesiser's timings). A phone lasts until the next one starts."""
+    synthesiser's timings). A phone lasts until the next one starts.
+
+    The library keeps state from one synthesis to the next (its noise generator, the voice's
+    smoothing), so each runs in a fresh forked process: the same text gives the same samples,
+    as the command line does, and a seeded training run is reproducible."""
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(_speak_phones, (text, voice, rate, pitch))
+
+
+def _speak_phones(text: str, voice: str, rate: int, pitch: int) -> tuple[np.ndarray, int, list[Phone]]:
     lib = _library()
     pcm, events = lib.speak(text, voice, rate, pitch)
     if not events:
