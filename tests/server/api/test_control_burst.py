@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import socket
 import threading
 import time
 
 import pytest
-from server_helpers import admitted_session, make_settings, running_server, spawned_server, speech_pcm16
+from server_helpers import admitted_session, make_settings, running_server, spawned_server, speech_pcm16, wait_until
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from websockets.uri import parse_uri
 
 from server.api.uvicorn_config import transport_limit
 from server.base.protocol import control_subprotocols
@@ -83,6 +87,41 @@ async def test_a_burst_through_a_nodes_front_is_all_answered_with_the_socket_ope
 
         events = await asyncio.to_thread(flood)
         assert [e["id"] for e in events if e["type"] == "pong"] == list(range(5000))
+
+
+async def test_a_client_that_sends_a_burst_and_never_reads_is_dropped_by_the_keepalive():
+    """Patience is for a client that reads: one whose answers pile up unsent (a host gone, a flood
+    that never reads) is closed after the keepalive timeout, not held while its backlog is read."""
+    settings = make_settings(max_sessions=1, control_messages_per_s=1000.0, **QUICK_KEEPALIVE)
+    async with running_server(settings) as srv:
+        created = await admitted_session(srv, {"mode": "agent"})
+        session = srv.manager.sessions[created["session_id"]]
+        url = f"{srv.ws_url}/v1/sessions/{session.id}/control"
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client = ClientProtocol(parse_uri(url), subprotocols=control_subprotocols(created["token"]))
+
+        def handshake() -> None:
+            raw.connect(("127.0.0.1", int(srv.url.rsplit(":", 1)[1])))
+            client.send_request(client.connect())
+            raw.sendall(b"".join(client.data_to_send()))
+            while client.handshake_exc is None and not client.events_received():
+                client.receive_data(raw.recv(65536))  # the handshake's answer; nothing is read after it
+
+        await asyncio.to_thread(handshake)
+        for i in range(1500):  # 6 MB of pongs to come back: more than the socket buffers hold
+            client.send_text(json.dumps({"type": "ping", "id": f"{i:04}" + "x" * 4000}).encode())
+        sender = threading.Thread(target=lambda: raw.sendall(b"".join(client.data_to_send())), daemon=True)
+        sender.start()
+        try:
+            assert await wait_until(lambda: session.control_attached, 5)
+            assert await wait_until(lambda: not session.control_attached, 20), "the socket is still held"
+            assert not session.closing  # the session waits for its agent to come back
+        finally:
+            with contextlib.suppress(OSError):  # the server reset it already
+                raw.shutdown(socket.SHUT_RDWR)  # ends the sender's blocked send too
+            raw.close()
+            sender.join(5)
 
 
 async def test_a_minute_of_pcm_pushed_in_20_ms_messages_is_all_queued():
