@@ -145,8 +145,8 @@ class Generated:
 def side_by_side(clip: RealClip, real: np.ndarray, generated: np.ndarray, photo_frame: int, lag: int,
                  count: int = 6, tile: int = 128) -> np.ndarray:
     """Two rows of ``count`` tiles: the real face (cropped as the photo was) over the generated
-    frame showing the same moment (``lag`` frames later), at moments spread from the real
-    mouth's most closed to its most open."""
+    frame showing the same moment (``lag`` frames later), at moments spread over the real
+    mouth's range from most closed to most open, shown in time order."""
     box = crop_box(find_face(clip.frames[photo_frame]), clip.frames.shape[1:])
     n = min(len(real), len(generated.frames) - max(lag, 0))
     order = np.argsort(real[:n], kind="stable")
