@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "system-packages"
-TEST_PACKAGES = "make espeak-ng chromium npm"
+TEST_PACKAGES = "make espeak-ng flite chromium npm"
 
 
 def stand_ins(folder: Path, uid: int, **scripts: str) -> dict[str, str]:
@@ -69,7 +69,7 @@ def test_run_needs_no_system_package_beyond_python_venv(tmp_path):
     assert done.returncode == 1 and "apt-get install -y python3-venv" in done.stderr
 
 
-@pytest.mark.skipif(not all(shutil.which(t) for t in ("make", "espeak-ng", "chromium", "npm")),
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("make", "espeak-ng", "flite", "chromium", "npm")),
                     reason="this machine lacks a package: make test installs it")
 def test_on_this_machine_everything_is_there():
     done = subprocess.run([str(SCRIPT), "test"], capture_output=True, text=True, timeout=30)

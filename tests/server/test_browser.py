@@ -69,6 +69,7 @@ async def test_own_photo_from_the_page(tmp_path, astronaut):
     async with running_server(make_settings(max_sessions=1)) as srv, chromium(tmp_path) as (_, page):
         await page.goto(f"{srv.url}/?mode=mirror")
         await page.set_input_files("#image", str(portrait))
+        await page.wait_for_function("window.avatarDemo.faces.active?.kind === 'photo'")  # checked, framed
         await page.click("#start")
         await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 25", timeout=30_000)
         (session,) = srv.manager.sessions.values()
