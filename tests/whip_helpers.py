@@ -79,6 +79,12 @@ async def whep_viewer(srv: Running, session: dict) -> AsyncIterator[Peer]:
         await asyncio.gather(*readers, return_exceptions=True)
 
 
+# The puppet's mouth follows the phones it hears, not the voice's loudness: against loudness it reads
+# r ~0.6 offline on the test speech, less over a live link's arrival jitter; a mouth that ignores the
+# voice reads ~0.
+MOUTH_FOLLOWS_VOICE_R = 0.35
+
+
 def mouth_follows_voice(media: Media, avatar: str | None, since: float, max_lag: int = 4) -> tuple[float, int]:
     """Best Pearson r (and its lag in frames) between the mouth openness of the received video frames
     and the loudness of the received voice around each frame, over frames that arrived after ``since``.

@@ -9,7 +9,15 @@ import time
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server, speech_pcm16, wait_until
-from whip_helpers import SDP, bearer, mouth_follows_voice, post_offer, whep_viewer, whip_publisher
+from whip_helpers import (
+    MOUTH_FOLLOWS_VOICE_R,
+    SDP,
+    bearer,
+    mouth_follows_voice,
+    post_offer,
+    whep_viewer,
+    whip_publisher,
+)
 
 from server.api.whip import ice_links
 from server.base.protocol import IceServer
@@ -43,7 +51,7 @@ async def test_published_speech_drives_the_avatar_for_every_viewer(monkeypatch):
                 assert {rgb.shape for _, _, rgb in viewer.media.video} == {(256, 256, 3)}
                 assert viewer.media.loud_packets(since=t0) > 25  # the avatar's voice (mirror: the speech)
                 r, lag = mouth_follows_voice(viewer.media, live.avatar, since=t0 + 1.0)
-                assert r > 0.5, (r, lag)
+                assert r > MOUTH_FOLLOWS_VOICE_R, (r, lag)
             print(f"WHEP viewers: mouth openness vs voice loudness r = {r:.2f} at lag {lag} frames")
 
             # A viewer leaves; the other keeps getting frames; the publisher's DELETE ends the session.

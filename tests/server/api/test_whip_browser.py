@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import CHROMIUM, chromium
 from server_helpers import loopback_only, make_settings, running_server, wait_until
-from whip_helpers import loopback_candidates_only, mouth_follows_voice, static_site, whep_viewer
+from whip_helpers import MOUTH_FOLLOWS_VOICE_R, loopback_candidates_only, mouth_follows_voice, static_site, whep_viewer
 
 PAGE = Path(__file__).resolve().parents[2] / "fixtures" / "whip_page"
 
@@ -58,7 +58,7 @@ async def test_whip_whep_clients_from_another_origin_drive_and_watch_the_avatar(
                 # ... and the avatar's mouth follows the speech it voices.
                 assert viewer.media.loud_packets(since=t0) > 25
                 r, lag = mouth_follows_voice(viewer.media, live.avatar, since=t0 + 1.0)
-                assert r > 0.5, (r, lag)
+                assert r > MOUTH_FOLLOWS_VOICE_R, (r, lag)
 
             await page.evaluate("whipStop()")  # DELETE on both resources
             assert await wait_until(lambda: session["session_id"] not in srv.manager.sessions, 10)
