@@ -9,7 +9,12 @@ closed. Prints each figure's median and range, and the latency budget: every bur
 split into terms read off the server's latency trace (``GET /v1/sessions/{id}/trace``), all on
 the clock the processes of one machine share.
 
-    python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast] [--image PHOTO]
+    python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast] [--image PHOTO] [--load N]
+
+``--load N`` keeps N other sessions live on the same server while it measures, in the soak's mix
+(one mirror session looping speech, the rest agents speaking 3 s utterances between 2 s silences,
+every third interrupted; their clients decode what they receive, on this machine): the figures
+with the server busy, and each load session's deadline misses over the measurement.
 
 With ``--image`` the sessions animate that photograph (``image`` in ``POST /v1/sessions``) and the
 mouth is read by the face mesh; ``AVATAR_DRAWN=1`` in the environment draws the bundled avatar.
@@ -39,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project before tests/engi
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription  # noqa: E402
 from aiortc.mediastreams import MediaStreamError  # noqa: E402
 from server_helpers import spawned_server, speech_pcm16  # noqa: E402
+from traffic_helpers import SoakSession, agent_traffic, open_admitted  # noqa: E402
 
 from engine.avatars import avatar_image  # noqa: E402
 from engine.eval.probe import load_probe, measure_openness  # noqa: E402
@@ -373,6 +379,33 @@ async def agent(srv, body: dict, bursts: int, mouth: Mouth, info: dict) -> dict:
             "interrupt_to_closed_s": closed, "budget": split}
 
 
+class Load:
+    """Sessions kept live beside the measured one (the soak's traffic), and their misses."""
+
+    def __init__(self, sessions: list[SoakSession]) -> None:
+        self.sessions = sessions
+        self.done = asyncio.Event()
+        self.traffic = [asyncio.create_task(agent_traffic(s, self.done)) for s in sessions if s.mic is None]
+
+    @classmethod
+    async def start(cls, srv, body: dict, count: int) -> Load:
+        load = cls(await open_admitted(srv, body, count, warmup_s=5.0) if count else [])
+        if load.sessions:
+            await asyncio.sleep(5.0)  # past their warm-up: the measurement sees steady traffic
+        return load
+
+    async def stop(self) -> list[float]:
+        """Ends the traffic and closes the sessions: each one's share of deadlines missed after its warm-up."""
+        self.done.set()
+        await asyncio.gather(*self.traffic)
+        for s in self.sessions:
+            s.stop.set()
+        misses = [s.figures()["miss_ratio"] for s in self.sessions]
+        for s in self.sessions:
+            await s.close()
+        return misses
+
+
 def fmt(values: list[float]) -> str:
     if not values:
         return "n/a"
@@ -417,14 +450,18 @@ async def main(argv: list[str] | None = None) -> int:
                    help="engine torch threads (default: as avatar serve)")
     p.add_argument("--quality", default="fast", choices=["fast", "quality"])
     p.add_argument("--image", default=None, metavar="PHOTO", help="animate this photograph (PNG/JPEG)")
+    p.add_argument("--load", type=int, default=0, metavar="N", help="N other sessions live while measuring")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.load < 0:
+        p.error("--load must not be negative")
     import aioice.ice
 
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
     load_probe()
-    async with spawned_server(args.config, threads=args.threads, max_sessions=2, startup_s=180) as srv:
+    async with spawned_server(args.config, threads=args.threads, max_sessions=args.load + 1, startup_s=180) as srv:
         info = (await srv.http.get("/v1/info")).json()
+        load = await Load.start(srv, {"quality": args.quality}, args.load)
         info["lookahead_samples"] = lookahead_samples(args.config)
         body: dict = {"quality": args.quality}
         if args.image:
@@ -436,9 +473,12 @@ async def main(argv: list[str] | None = None) -> int:
         m = await mirror(srv, body, args.bursts, mouth, info)
         a = await agent(srv, body, args.bursts, mouth, info)
         engine = (await srv.http.get("/v1/engine")).json()["workers"][0]
+        load_misses = await load.stop()
     chunk_ms = sum(engine["chunk_ms"].values())
     what = f"{args.config} / {args.quality}" + (f", photo {args.image}" if args.image else "")
-    print(f"{what}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback")
+    print(f"{what}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback"
+          + (f", {len(load_misses)} of {args.load} load session(s) live (deadline misses while measured: "
+             + ", ".join(f"{m:.2%}" for m in load_misses) + ")" if args.load else ""))
     print(f"mirror mouth-to-screen        {fmt(m['mouth_to_screen_s'])}")
     print(f"agent audio.append -> mouth   {fmt(a['append_to_mouth_s'])}")
     speak = a["speak_to_started_s"]
@@ -450,7 +490,8 @@ async def main(argv: list[str] | None = None) -> int:
           f"{m['playout_delay_ms']} ms")
     print("\n".join(budget_table({"mirror": m["budget"], "agent append": a["budget"]})))
     if args.json:
-        Path(args.json).write_text(json.dumps({"mirror": m, "agent": a, "engine": engine}, indent=2))
+        Path(args.json).write_text(json.dumps({"mirror": m, "agent": a, "engine": engine, "load": args.load,
+                                               "load_misses": load_misses}, indent=2))
     return 0
 
 
