@@ -13,17 +13,18 @@ import sys
 from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
-from engine.presets import DEFAULT_PRESET, Preset
+from engine.presets import Preset
 from server.api.redact import install_redaction
 from server.api.uvicorn_config import server_config
-from server.config import ENV_PREFIX, Settings
+from server.config import ENV_PREFIX, GROUP_OF, SETTING_GROUPS, Settings
 
 FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--host", "host", {"help": "bind address (default 127.0.0.1; others need --auth-token)"}),
-    ("--port", "port", {"type": int, "help": "default 8080"}),
-    ("--config", "config", {"help": "engine config name (default tiny)"}),
-    ("--device", "device", {"help": "cpu | cuda | cuda:N (default cpu)"}),
+    ("--host", "host", {"help": "bind address (others than loopback need --auth-token)"}),
+    ("--port", "port", {"type": int, "help": "port to listen on"}),
+    ("--config", "config", {"help": "engine config name"}),
+    ("--device", "device", {"help": "cpu | cuda | cuda:N"}),
     ("--threads", "engine_threads", {"type": int, "help": "torch threads for the engine (default: all cores but one)"}),
     ("--guidance", "guidance", {"type": float, "help": "audio guidance, 1 = off (default: the config's)"}),
     ("--engine", "engine", {"choices": ["subprocess", "inprocess"],
@@ -53,10 +54,10 @@ FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--avatar-store", "avatar_store", {"help": "folder of the personal avatars (default: AVATAR_STORE, else "
                                                 "~/.local/share/avatar/avatars)"}),
     ("--mode", "default_mode", {"choices": ["mirror", "agent"], "help": "default session mode"}),
-    ("--quality", "default_quality", {"choices": list(Preset), "help": f"default preset (default {DEFAULT_PRESET})"}),
+    ("--quality", "default_quality", {"choices": list(Preset), "help": "default preset"}),
     ("--avatar", "default_avatar", {"help": "default avatar identity"}),
     ("--voice", "voice", {"help": "voice for speak (piper: joe; espeak-ng: en-us)"}),
-    ("--tts", "tts", {"choices": ["piper", "espeak"], "help": "built-in TTS backend for speak (default piper)"}),
+    ("--tts", "tts", {"choices": ["piper", "espeak"], "help": "built-in TTS backend for speak"}),
     ("--piper-model", "piper_model", {"help": "a Piper .onnx voice to use instead of the bundled joe voice"}),
 ]
 
@@ -70,7 +71,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     for flag, field, kwargs in FLAGS:
         env = f"[env {ENV_PREFIX}{field.upper()}]"
-        parser.add_argument(flag, dest=field, default=None, **{**kwargs, "help": f"{kwargs['help']} {env}"})
+        parser.add_argument(flag, dest=field, default=None,
+                            **{**kwargs, "help": f"{kwargs['help']}{default_of(field)} {env}"})
     parser.add_argument("--ray", metavar="ADDRESS", default=os.environ.get(f"{ENV_PREFIX}RAY") or None,
                         help="run as the gateway of a Ray cluster (HOST:PORT or auto): sessions go to the avatar "
                         f"nodes, the Ray nodes offering the `avatar` resource [env {ENV_PREFIX}RAY]")
@@ -79,8 +81,27 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return parser
 
 
+def default_of(field: str) -> str:
+    """`` (default X)`` from the setting's own default, where it has a fixed one."""
+    info = SETTING_GROUPS[GROUP_OF[field]].model_fields[field]
+    if info.default_factory is not None or info.default is None or info.default is False:
+        return ""
+    return f" (default {info.default})"
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.from_env(**{field: getattr(args, field, None) for _, field, _ in FLAGS})
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """A rejected setting named as the operator gave it: its env var (and flag), the value, why."""
+    flags = {field: flag for flag, field, _ in FLAGS}
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][1]) if len(error["loc"]) > 1 else str(error["loc"][0])
+        name = ENV_PREFIX + field.upper() + (f" ({flags[field]})" if field in flags else "")
+        lines.append(f"{name}={error.get('input')!r}: {error['msg']}")
+    return "bad settings: " + "; ".join(lines)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -92,16 +113,19 @@ def serve(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         settings.check_bind()
         engine_plan_check(settings)
+    except ValidationError as exc:
+        print(f"avatar serve: {invalid_settings(exc)}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
-    if settings.exposed:
-        print(f"avatar serve: bound to {settings.host}, reachable beyond this machine: creating a session "
+    if settings.network.exposed:
+        print(f"avatar serve: bound to {settings.network.host}, reachable beyond this machine: creating a session "
               f"needs the bearer token ({ENV_PREFIX}AUTH_TOKEN)", file=sys.stderr)
     app = gateway_app(settings, args.ray) if getattr(args, "ray", None) else node_app(settings, args.log_level)
     if app is None:
         return 2
-    print(f"avatar serve: open http://{settings.host}:{settings.port}/", file=sys.stderr)
+    print(f"avatar serve: open http://{settings.network.host}:{settings.network.port}/", file=sys.stderr)
     uvicorn.Server(server_config(app, settings, args.log_level)).run()
     return 0
 
@@ -133,7 +157,7 @@ def node_app(settings: Settings, log_level: str = "info") -> Any:
     from server.api.serving import CannotServe, serving_app
 
     try:
-        if settings.web_processes > 1:
+        if settings.node.web_processes > 1:
             from server.node.front import create_node_front
 
             return create_node_front(settings, log_level)

@@ -1,10 +1,12 @@
-"""Server settings: one typed object, filled from defaults, then ``AVATAR_*`` env vars, then CLI flags.
+"""Server settings: small groups by concern, filled from defaults, then ``AVATAR_*`` env vars, then CLI flags.
 
 Every limit the server enforces lives here so that an operator can see (and change) all of
-them in one place, and so tests can build an app with tiny limits. The fields come in groups,
-each its own small model (:class:`NetworkSettings`, :class:`EngineSettings`, ...);
-:class:`Settings` inherits them all, so every field is still ``settings.<name>`` and
-``AVATAR_<NAME>``, whichever group it belongs to.
+them in one place, and so tests can build an app with tiny limits. Each concern is its own
+frozen model (:class:`NetworkSettings`, :class:`EngineSettings`, ...), the one place its
+defaults are written; :class:`Settings` holds one of each (``settings.network.port``) and
+a layer is handed only the groups it reads. Field names are unique across the groups, so a
+field's name alone names it: ``AVATAR_<NAME>`` in the environment (read by pydantic-settings),
+``Settings(<name>=...)``, and the flag of the same name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import EnvSettingsSource
+from pydantic_settings.sources.utils import parse_env_vars
 
 from engine.presets import DEFAULT_PRESET, Preset
 from server.base.protocol import IceServer, Mode
@@ -46,6 +50,12 @@ CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
 PortRange = Annotated[tuple[int, int], BeforeValidator(_port_range)]
 
 
+class Group(BaseModel):
+    """One concern's settings: frozen, unknown names refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 def default_engine_threads() -> int:
     """All the cores this process may run on but one. On 2 cores the engine on one thread beside
     the WebRTC stack kept tighter deadlines than on two that it shared (``make soak``, tiny, fast:
@@ -53,7 +63,7 @@ def default_engine_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
-class NetworkSettings(BaseModel):
+class NetworkSettings(Group):
     """Where the server listens, and how WebRTC peers reach it (STUN/TURN, UDP ports, announced address)."""
 
     host: str = "127.0.0.1"
@@ -79,7 +89,7 @@ class NetworkSettings(BaseModel):
         return not _is_loopback(self.host)
 
 
-class AccessSettings(BaseModel):
+class AccessSettings(Group):
     """Who may use the server: the bearer token, the pages allowed to call it, and per-client session rates."""
 
     auth_token: str | None = Field(None, description="required as a bearer token to create sessions")
@@ -93,7 +103,7 @@ class AccessSettings(BaseModel):
     client_max_unoffered: int = Field(4, ge=1, description="sessions of one client waiting for their offer")
 
 
-class EngineSettings(BaseModel):
+class EngineSettings(Group):
     """The engine: its config and devices, its workers and their parallel plan, admission and guidance."""
 
     config: str = "tiny"
@@ -123,7 +133,7 @@ class EngineSettings(BaseModel):
     warm_up: bool = Field(True, description="run a silent session at start-up so the first user's frames come fast")
 
 
-class SessionSettings(BaseModel):
+class SessionSettings(Group):
     """What a session gets when it does not say (mode, preset, avatar, render), and where its files go."""
 
     default_mode: Mode = "mirror"
@@ -146,7 +156,7 @@ class SessionSettings(BaseModel):
     )
 
 
-class VoiceSettings(BaseModel):
+class VoiceSettings(Group):
     """The avatar's speech (TTS backend, voice, agent speech queues) and agent mode's listening (VAD, barge-in)."""
 
     voice: str | None = Field(None, description="voice for speak; the TTS backend's default when unset")
@@ -177,7 +187,7 @@ class VoiceSettings(BaseModel):
         )
 
 
-class FeedSettings(BaseModel):
+class FeedSettings(Group):
     """Audio into the engine: the microphone's buffers, the real-time feed clock, the engine's audio backlog."""
 
     mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
@@ -198,7 +208,7 @@ class FeedSettings(BaseModel):
     )
 
 
-class PlayoutSettings(BaseModel):
+class PlayoutSettings(Group):
     """The jitter buffer between the engine's frames and the peer: its delay bounds and capacity."""
 
     playout_delay_s: float = Field(PlayoutConfig.initial_delay, ge=0, description="initial playout delay L")
@@ -221,7 +231,7 @@ class PlayoutSettings(BaseModel):
         )
 
 
-class InputLimits(BaseModel):
+class InputLimits(Group):
     """Caps on what a client sends or opens: SDP, trickle ICE, control messages, text, images, viewers."""
 
     max_sdp_bytes: int = Field(32_768, ge=1024)
@@ -243,7 +253,7 @@ class InputLimits(BaseModel):
     max_viewers: int = Field(4, ge=0, description="WHEP viewers per session")
 
 
-class EnrolmentSettings(BaseModel):
+class EnrolmentSettings(Group):
     """Personal avatars' uploads and enrolments: how many at once, per client, for how long, and where."""
 
     max_enrolments: int = Field(
@@ -265,7 +275,7 @@ def default_web_processes() -> int:
     return max(1, len(os.sched_getaffinity(0)) // 4)
 
 
-class NodeSettings(BaseModel):
+class NodeSettings(Group):
     """How the node's work is split between processes: web processes behind one front, their shared
     engine workers, and what a web process's event loop may carry."""
 
@@ -282,7 +292,7 @@ class NodeSettings(BaseModel):
     )
 
 
-class TimingSettings(BaseModel):
+class TimingSettings(Group):
     """Deadlines that close stalled requests, sessions and peers, and how often a session reports its figures."""
 
     header_timeout_s: float = Field(10.0, gt=0, description="an HTTP request's line and headers arrive within this")
@@ -301,60 +311,100 @@ class TimingSettings(BaseModel):
     metrics_interval_s: float = Field(1.0, gt=0)
 
 
-SETTING_GROUPS: tuple[type[BaseModel], ...] = (
-    NetworkSettings,
-    AccessSettings,
-    EngineSettings,
-    SessionSettings,
-    VoiceSettings,
-    FeedSettings,
-    PlayoutSettings,
-    InputLimits,
-    EnrolmentSettings,
-    TimingSettings,
-    NodeSettings,
-)
+class Settings(BaseModel):
+    """Everything ``avatar serve`` can be told, one group per concern; env var for field ``x`` is ``AVATAR_X``.
 
-
-class Settings(
-    NodeSettings,
-    TimingSettings,
-    EnrolmentSettings,
-    InputLimits,
-    PlayoutSettings,
-    FeedSettings,
-    VoiceSettings,
-    SessionSettings,
-    EngineSettings,
-    AccessSettings,
-    NetworkSettings,
-):
-    """Everything ``avatar serve`` can be told; env var for field ``x`` is ``AVATAR_X``.
-
-    The fields of every group in :data:`SETTING_GROUPS`, flat: ``settings.port``, ``settings.vad``.
-    (Bases listed last-group-first, so that ``model_fields`` keeps the groups' order.)
+    Built from field names, whichever group holds them (``Settings(port=0, vad=False)``), or from
+    the groups themselves (``Settings(network=NetworkSettings(port=0))``); a name no group has is
+    refused.
     """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    network: NetworkSettings = NetworkSettings()
+    access: AccessSettings = AccessSettings()
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    session: SessionSettings = SessionSettings()
+    speech: VoiceSettings = VoiceSettings()
+    feed: FeedSettings = FeedSettings()
+    jitter: PlayoutSettings = PlayoutSettings()
+    limits: InputLimits = InputLimits()
+    enrolment: EnrolmentSettings = EnrolmentSettings()
+    timing: TimingSettings = TimingSettings()
+    node: NodeSettings = Field(default_factory=NodeSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_group(cls, values: Any) -> Any:
+        """Field names sorted into their groups; a group given whole (as its model) kept as it is."""
+        if not isinstance(values, Mapping):
+            return values
+        grouped: dict[str, Any] = {}
+        for name, value in values.items():
+            if name in cls.model_fields and isinstance(value, BaseModel):
+                grouped[name] = value
+            elif name in GROUP_OF:
+                grouped.setdefault(GROUP_OF[name], {})[name] = value
+            else:
+                grouped[name] = value  # refused by extra="forbid", under its own name
+        return grouped
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults, then ``AVATAR_*`` variables, then explicit overrides (CLI flags that were given)."""
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw != "":
-                values[name] = raw
+        for group in SETTING_GROUPS.values():
+            values.update(_Environment(group, environ)())
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
 
+    def replace(self, **changes: Any) -> Settings:
+        """These settings with some fields (by name) changed, validated."""
+        return Settings.model_validate({**self.given(), **changes})
+
+    def given(self) -> dict[str, Any]:
+        """The fields given explicitly (not defaults), by name, as JSON values: what travels to a node."""
+        return {name: value for group in SETTING_GROUPS for name, value in
+                getattr(self, group).model_dump(mode="json", exclude_unset=True).items()}
+
+    def __getattr__(self, name: str) -> Any:
+        """A field read by its name alone (``settings.max_sessions``), from the group that holds it:
+        for code not yet handed its group."""
+        group = GROUP_OF.get(name) or _GROUP_HELPERS.get(name)
+        if group is None:
+            return super().__getattr__(name)  # type: ignore[misc]
+        return getattr(getattr(self, group), name)
+
     def check_bind(self) -> None:
         """Refuse to expose an unauthenticated server beyond this machine."""
-        if self.auth_token or not self.exposed:
+        if self.access.auth_token or not self.network.exposed:
             return
         raise ValueError(
-            f"binding {self.host!r} exposes the server beyond this machine: "
+            f"binding {self.network.host!r} exposes the server beyond this machine: "
             f"set an auth token (--auth-token or {ENV_PREFIX}AUTH_TOKEN)"
         )
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' reading of one group's ``AVATAR_<FIELD>`` variables (empty ones unset),
+    from ``environ``: the process's, a node's or a test's. Values are taken as written, never as
+    JSON: each field parses its own (a list by commas or spaces, a port range as LOW-HIGH)."""
+
+    def __init__(self, group: type[Group], environ: Mapping[str, str]) -> None:
+        super().__init__(group, env_prefix=ENV_PREFIX, env_ignore_empty=True)  # type: ignore[arg-type]
+        self.env_vars = parse_env_vars(environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+    def decode_complex_value(self, field_name: str, field: Any, value: Any) -> Any:
+        return value
+
+
+SETTING_GROUPS: dict[str, type[Group]] = {
+    name: field.annotation for name, field in Settings.model_fields.items()  # type: ignore[misc]
+}
+GROUP_OF: dict[str, str] = {field: group for group, model in SETTING_GROUPS.items() for field in model.model_fields}
+FIELDS: tuple[str, ...] = tuple(GROUP_OF)
+_GROUP_HELPERS = {"exposed": "network", "vad_config": "speech", "playout": "jitter"}
 
 
 def _is_loopback(host: str) -> bool:

@@ -17,19 +17,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server.api.clip_upload import FORM_OVERHEAD
 from server.base.engine_link import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
-from server.config import Settings
+from server.config import InputLimits
 
 
-def route_limit(settings: Settings, path: str) -> int:
+def route_limit(limits: InputLimits, path: str) -> int:
     """The largest request body a route takes: a clip (perhaps in a multipart form), an image in a
     JSON body (base64) or raw (a photo's framing checked), else an SDP offer or a small JSON body."""
     if path == "/v1/avatars":
         return MAX_VIDEO_BYTES + FORM_OVERHEAD
     if path == "/v1/sessions":
-        return settings.max_image_bytes * 4 // 3 + 4096
+        return limits.max_image_bytes * 4 // 3 + 4096
     if path == "/v1/photos/framing":
-        return settings.max_image_bytes
-    return settings.max_sdp_bytes + 4096
+        return limits.max_image_bytes
+    return limits.max_sdp_bytes + 4096
 
 
 def too_large(limit: int) -> ApiError:
@@ -38,7 +38,7 @@ def too_large(limit: int) -> ApiError:
 
 class BodyLimit:
     """ASGI middleware: each HTTP request's body within ``limit_for(path)`` bytes (an app's and a
-    front's: :func:`route_limit` of their settings)."""
+    front's: :func:`route_limit` of their input limits)."""
 
     def __init__(self, app: ASGIApp, limit_for: Callable[[str], int]) -> None:
         self.app = app

@@ -17,9 +17,10 @@ class CannotServe(Exception):
 def serving_app(settings: Settings) -> FastAPI:
     """The app ``settings`` describe; ``CannotServe`` if its TTS backend cannot run here."""
     try:
-        speech = tts.create_backend(settings.tts, sample_rate_of(settings.config), settings.piper_model)
+        voice = settings.speech
+        speech = tts.create_backend(voice.tts, sample_rate_of(settings.engine.config), voice.piper_model)
     except KeyError as exc:
         raise CannotServe(exc.args[0]) from None
     except tts.TTSUnavailable as exc:
-        raise CannotServe(f"TTS backend {settings.tts!r}: {exc}") from None
+        raise CannotServe(f"TTS backend {settings.speech.tts!r}: {exc}") from None
     return create_app(settings, speech=speech)

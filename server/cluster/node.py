@@ -86,7 +86,7 @@ class AvatarNode:
             aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
             web_process.HOST_ADDRESSES = ["127.0.0.1"]
         # The same layout as ``avatar serve``: several web processes behind the node's own front.
-        app = create_node_front(settings) if settings.web_processes > 1 else serving_app(settings)
+        app = create_node_front(settings) if settings.node.web_processes > 1 else serving_app(settings)
         # Requests come through the gateway: the client they count against (per-client limits) is
         # the one it names in X-Forwarded-For, trusted only with the gateway's secret (a client
         # reaching this port directly counts as itself). With a token required, limits key on the token.

@@ -18,11 +18,10 @@ GATEWAY_ONLY = frozenset({"host", "port"})
 
 def passed_to_nodes(settings: Settings) -> dict[str, Any]:
     """The settings the gateway was given explicitly, as JSON values (they travel to every node)."""
-    return settings.model_dump(mode="json", include=set(settings.model_fields_set) - GATEWAY_ONLY)
+    return {name: value for name, value in settings.given().items() if name not in GATEWAY_ONLY}
 
 
 def node_settings(passed: Mapping[str, Any], environ: Mapping[str, str], node_ip: str) -> Settings:
     """Defaults, the gateway's ``passed`` values, then this node's environment; ``ValueError`` if invalid."""
-    own = Settings.from_env(environ)
-    local = own.model_dump(mode="json", include=set(own.model_fields_set))
+    local = Settings.from_env(environ).given()
     return Settings.model_validate({"host": node_ip, "port": 0, **passed, **local})

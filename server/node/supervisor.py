@@ -76,18 +76,18 @@ class NodeSupervisor:
     async def start(self) -> None:
         self._run_dir = tempfile.mkdtemp(prefix="avatar-node-")
         options = dataclasses.replace(worker_options(self.settings), socket_dir=self._run_dir, key=self._key)
-        self.pool = WorkerPool(options, workers=self.settings.engine_workers)
+        self.pool = WorkerPool(options, workers=self.settings.engine.engine_workers)
         await self.pool.start()
-        for index in range(self.settings.web_processes):
+        for index in range(self.settings.node.web_processes):
             self._spawn(index)
 
     def _web_settings(self, index: int, port: int) -> Settings:
         s = self.settings
-        return s.model_copy(update=dict(
+        return s.replace(
             host="127.0.0.1", port=port, engine="node", engine_workers=len(self.pool.links), web_processes=1,
             node_sockets=self._run_dir, node_key=self._key.hex(),
-            ice_ports=port_share(s.ice_ports, index, s.web_processes),
-        ))
+            ice_ports=port_share(s.network.ice_ports, index, s.node.web_processes),
+        )
 
     def _spawn(self, index: int) -> None:
         port = free_port()

@@ -151,7 +151,7 @@ async def test_messages_up_to_the_transport_limit_are_answered_and_past_it_close
     settings = make_settings(max_sessions=1)
     async with running_server(settings) as srv:
         session = await admitted_session(srv, {"mode": "agent"})
-        limit = transport_limit(settings)
+        limit = transport_limit(settings.limits)
 
         def probe() -> tuple[list[str], int | None, str]:
             with control(srv, session) as ws:

@@ -25,7 +25,7 @@ from server.base.protocol import control_subprotocols
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_BYTES = 8192
-LIMIT = transport_limit(make_settings(max_control_bytes=MAX_BYTES))
+LIMIT = transport_limit(make_settings(max_control_bytes=MAX_BYTES).limits)
 FUZZ = fuzz(150)
 TYPES = ["speak", "audio.append", "audio.commit", "interrupt", "config", "ping", "dance", "", None, 7]
 

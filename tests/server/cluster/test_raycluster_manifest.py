@@ -10,7 +10,7 @@ import ray
 import yaml
 
 from server.cli import add_serve_parser
-from server.config import ENV_PREFIX, Settings
+from server.config import ENV_PREFIX, FIELDS
 
 MANIFEST = Path(__file__).resolve().parents[3] / "docker" / "raycluster.yaml"
 
@@ -21,7 +21,7 @@ def _documents() -> dict[str, dict]:
 
 def _settings_env(container: dict) -> set[str]:
     names = {e["name"] for e in container.get("env", [])}
-    fields = {ENV_PREFIX + f.upper() for f in Settings.model_fields}
+    fields = {ENV_PREFIX + f.upper() for f in FIELDS}
     assert names <= fields, f"not settings: {names - fields}"
     return names
 
