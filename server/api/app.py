@@ -28,15 +28,17 @@ from server.api.avatars import create_router as avatars_router
 from server.api.body_limit import BodyLimit, route_limit
 from server.api.control import serve_control
 from server.api.cors import allow_origins
+from server.api.engine_adapter import Engine, encode_jpeg, sample_rate_of
 from server.api.engine_setup import engine_client
 from server.api.forwarded import GATEWAY_HEADER, GatewayForwarded
 from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits, bearer, client_key
+from server.api.local_adapter import create_backend
 from server.api.redact import install_redaction
 from server.api.report import REPORT_PATH, node_report
 from server.api.whip import create_router as whip_router
-from server.base.engine_link import Engine, EngineError, encode_jpeg, sample_rate_of
+from server.base.engine_port import EngineError
 from server.base.errors import ApiError
 from server.base.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from server.base.protocol import ErrorResponse, SessionCreate, SessionCreated, SessionDescription
@@ -44,7 +46,7 @@ from server.config import Settings
 from server.media import ice_network
 from server.media.peer import BadOffer
 from server.session.manager import SessionManager
-from server.voice.tts import TTSBackend, create_backend
+from server.voice.tts import TTSBackend
 
 log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -280,7 +282,7 @@ def create_app(
             ice_servers=settings.ice_servers,
             mode=session.mode,
             avatar=session.avatar,
-            drawn=session.link.drawn,
+            drawn=session.drawn,
             fps=session.fps,
             sample_rate=session.sample_rate,
             width=session.width,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.api.clip_upload import FORM_OVERHEAD
-from server.base.engine_link import MAX_VIDEO_BYTES
+from server.api.local_adapter import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
 from server.config import InputLimits
 

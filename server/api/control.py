@@ -108,7 +108,7 @@ async def serve_socket(ws: WebSocket, session: Session, read: Coroutine[Any, Any
     tasks = [
         asyncio.create_task(read, name=f"{name}-read"),
         asyncio.create_task(write, name=f"{name}-write"),
-        asyncio.create_task(session.lifecycle.closed.wait(), name=f"{name}-session-closed"),
+        asyncio.create_task(session.wait_closed(), name=f"{name}-session-closed"),
     ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -154,7 +154,7 @@ class ControlConnection:
         self._binary_utterance: str | None = None
 
     async def run(self) -> None:
-        if self.session.lifecycle.started.is_set():
+        if self.session.started:
             self.session.events.announce_ready()
         read = receive_paced(self.ws, self.pace, self._on_message, self.session.events.room)
         await serve_socket(self.ws, self.session, read, send_events(self.ws, self.session.events.next), "control")
@@ -178,7 +178,7 @@ class ControlConnection:
             raise ControlError("unexpected_binary", "binary audio must follow an audio.append without `audio`")
         if len(data) > self.max_bytes:
             raise ControlError("message_too_large", f"binary message of {len(data)} bytes; limit {self.max_bytes}")
-        self.session.inbound.voice.append_audio(data, rate, self._binary_utterance)
+        self.session.append_audio(data, rate, self._binary_utterance)
 
     async def _on_text(self, text: str) -> None:
         if len(text) > self.max_bytes:
@@ -195,16 +195,16 @@ class ControlConnection:
         s = self.session
         match msg:
             case Speak():
-                s.inbound.voice.speak(msg.text, msg.utterance_id, msg.voice)
+                s.speak(msg.text, msg.utterance_id, msg.voice)
             case AudioAppend(audio=None):
                 self._binary_rate = msg.sample_rate
                 self._binary_utterance = msg.utterance_id
             case AudioAppend():
-                s.inbound.voice.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
+                s.append_audio(msg.pcm() or b"", msg.sample_rate, msg.utterance_id)
             case AudioCommit():
-                s.inbound.voice.commit_audio(msg.utterance_id)
+                s.commit_audio(msg.utterance_id)
             case Interrupt():
-                s.inbound.voice.interrupt()
+                s.interrupt()
             case Configure():
                 s.configure(msg.mode, msg.voice, msg.barge_in, msg.user_audio)
             case Ping():

@@ -1,13 +1,18 @@
 """The engine the settings name: the options each worker builds and the client that runs them.
 
-Kept above the engine port (``server.base.engine_link``) because it reads the server's
-settings, which the port must not know.
+Kept at the top, beside the adapter over the engine (``server.api.engine_adapter``), because it
+reads the server's settings, which the engine must not know.
 """
 
 from __future__ import annotations
 
-from server.base.engine_link import EngineClient, ParallelPlan, WorkerOptions, WorkerPool
+from engine.parallel.plan import ParallelPlan
+from engine.service.client import EngineClient
+from engine.service.pool import WorkerPool, worker_devices
+from engine.service.worker import WorkerOptions
 from server.config import Settings
+
+__all__ = ["WorkerPool", "engine_client", "worker_devices", "worker_options"]
 
 
 def worker_options(settings: Settings) -> WorkerOptions:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from server.api.app import create_app
-from server.base.engine_link import sample_rate_of
+from server.api.engine_adapter import sample_rate_of
+from server.api.local_adapter import create_backend
 from server.config import Settings
 from server.voice import tts
 
@@ -18,7 +19,7 @@ def serving_app(settings: Settings) -> FastAPI:
     """The app ``settings`` describe; ``CannotServe`` if its TTS backend cannot run here."""
     try:
         voice = settings.speech
-        speech = tts.create_backend(voice.tts, sample_rate_of(settings.engine.config), voice.piper_model)
+        speech = create_backend(voice.tts, sample_rate_of(settings.engine.config), voice.piper_model)
     except KeyError as exc:
         raise CannotServe(exc.args[0]) from None
     except tts.TTSUnavailable as exc:

@@ -1,11 +1,11 @@
 """Session recording: the generated frames and their audio as an H.264/AAC MP4.
 
-The encoding is the engine's ``Mp4Writer`` (the same file ``avatar render`` writes); this
-wrapper runs it on its own thread behind a bounded queue, so the engine worker never waits
-on x264. An encoder a whole queue behind (a slow disk) loses the frames it cannot keep up
-with (counted) rather than stalling the session or buffering without limit. The file holds
-media time, i.e. the avatar exactly as generated, independent of playout drops; it appears
-under its name when the session ends.
+The encoding is the engine's MP4 writer (the same file ``avatar render`` writes), handed in as a
+:class:`~server.base.local_engine.Mp4Sink` maker; this wrapper runs it on its own thread behind a
+bounded queue, so the engine worker never waits on x264. An encoder a whole queue behind (a slow
+disk) loses the frames it cannot keep up with (counted) rather than stalling the session or
+buffering without limit. The file holds media time, i.e. the avatar exactly as generated,
+independent of playout drops; it appears under its name when the session ends.
 """
 
 from __future__ import annotations
@@ -13,17 +13,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from server.base.engine_link import Mp4Writer, PublishedFrame
+from server.base.engine_port import PublishedFrame
+from server.base.local_engine import Mp4Sink
 
 log = logging.getLogger(__name__)
 _STOP = object()
 
 
 class MP4Recorder:
-    def __init__(self, path: Path, fps: int, sample_rate: int, queue_frames: int = 50) -> None:
+    def __init__(self, path: Path, writer: Callable[[Path, int, int, int, int], Mp4Sink], fps: int,
+                 sample_rate: int, queue_frames: int = 50) -> None:
         self.path = path
+        self._writer = writer  # (path, width, height, fps, sample_rate) -> the file being written
         self.fps = fps
         self.sample_rate = sample_rate
         self.frames_written = 0
@@ -51,15 +56,15 @@ class MP4Recorder:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        writer: Mp4Writer | None = None
+        writer: Mp4Sink | None = None
         try:
             while (item := self._queue.get()) is not _STOP:
-                assert isinstance(item, PublishedFrame)
+                frame = cast(PublishedFrame, item)
                 if writer is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    h, w = item.rgb.shape[:2]
-                    writer = Mp4Writer(self.path, w, h, self.fps, self.sample_rate)
-                writer.write(item)
+                    h, w = frame.rgb.shape[:2]
+                    writer = self._writer(self.path, w, h, self.fps, self.sample_rate)
+                writer.write(frame)
                 self.frames_written += 1
             if writer is not None:
                 writer.close()

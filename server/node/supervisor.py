@@ -20,8 +20,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
-from server.api.engine_setup import worker_options
-from server.base.engine_link import WorkerPool
+from server.api.engine_setup import WorkerPool, worker_options
 from server.config import Settings
 from server.node import web_process
 from server.node.members import WebProcesses

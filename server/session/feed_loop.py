@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from server.base.engine_port import EngineInput
 from server.base.protocol import ErrorEvent, ServerEvent
 from server.session.feeder import Feeder
-from server.session.ports import EngineInput
 from server.voice.playback import PlaybackTracker
 
 log = logging.getLogger(__name__)

@@ -6,14 +6,14 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from server.base.engine_link import PublishedFrame
+from server.base.engine_port import PublishedFrame
 from server.base.metrics import ServerMetrics
 from server.media.playout import PlayoutBuffer, PlayoutClosed
 from server.media.recorder import MP4Recorder
 
 
 class GeneratedFrames:
-    """The session's :class:`~server.base.engine_link.FrameSink`.
+    """The session's :class:`~server.base.engine_port.FrameSink`.
 
     Frames are recorded as generated (independent of playout), and reach playout only once the
     peer is connected, so the playout's t0 is the connection.

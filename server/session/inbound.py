@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from server.base.engine_port import EngineInput
+from server.base.local_engine import VoiceActivity, no_voice_activity
 from server.base.metrics import ServerMetrics
 from server.base.protocol import Mode, ServerEvent, SessionCreate
 from server.config import Settings
 from server.media.microphone import MicrophoneIntake, SampleFifo
 from server.session.feed_loop import FeedLoop
 from server.session.feeder import Feeder
-from server.session.ports import EngineInput
 from server.voice.agent import AgentVoice
 from server.voice.speech import SpeechQueue
 from server.voice.tts import TTSBackend
@@ -41,8 +42,10 @@ class Inbound:
         on_heard: Callable[[np.ndarray], None],
         on_fed: Callable[[float, int, np.ndarray], None],
         tts: TTSBackend | None = None,
+        vad_model: Callable[[], VoiceActivity] = no_voice_activity,
     ) -> None:
         sr, fps = link.info.sample_rate, link.info.fps
+        self._link = link
         speech = SpeechQueue(int(settings.max_audio_backlog_s * sr), settings.max_queued_utterances)
         self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
         self.feeder = Feeder(
@@ -61,6 +64,7 @@ class Inbound:
             fps,
             settings.max_text_chars,
             settings.vad_config(),
+            vad_model,
             options.voice or settings.voice,
             settings.barge_in if options.barge_in is None else options.barge_in,
             settings.user_audio if options.user_audio is None else options.user_audio,
@@ -78,6 +82,12 @@ class Inbound:
     @property
     def mode(self) -> Mode:
         return self.feeder.mode
+
+    def prefill(self) -> None:
+        """Silence for the engine's first chunk, fed at once (ahead of real time): the engine computes
+        it before the peer connects."""
+        silence = self.feeder.prefill(self._link.first_chunk_samples)
+        self._link.feed(silence.start, silence.samples)
 
     def _heard(self, samples: np.ndarray) -> None:
         self._on_heard(samples)

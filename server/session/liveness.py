@@ -23,3 +23,24 @@ class Liveness:
 
     def connected(self) -> None:
         self.last_heard_at = self.connected_at = time.monotonic()
+
+    def offered(self) -> None:
+        self.offered_at = time.monotonic()
+
+    def engine_started(self) -> None:
+        self.engine_started_at = time.monotonic()
+
+    def viewer_offered(self) -> None:
+        """A WHEP viewer offered: the wait for one to connect starts, unless it runs already."""
+        if self.viewers_waiting_since is None:
+            self.viewers_waiting_since = time.monotonic()
+
+    def viewer_connected(self) -> None:
+        self.viewers_waiting_since = None
+
+    def first_frame(self) -> float | None:
+        """A frame played: the instant noted and returned if it is the first since the offer, else None."""
+        if self.first_frame_at is not None or self.offered_at is None:
+            return None
+        self.first_frame_at = time.monotonic()
+        return self.first_frame_at

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from server.base.engine_link import Engine, EngineError
+from server.base.engine_port import Engine, EngineError
 from server.base.errors import ApiError
 from server.base.loop_load import LoopLoad
 from server.base.metrics import ServerMetrics
@@ -37,7 +37,8 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings)
         self.images = ReferenceImages(engine, settings)
-        self.personal = PersonalAvatars(settings.avatar_store, self._bundled_names, settings)
+        self.personal = PersonalAvatars(engine.local.avatar_store(settings.avatar_store), engine.local.enroll,
+                                        self._bundled_names, settings)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
         self.loop_load = LoopLoad(settings.web_loop_budget)
@@ -47,7 +48,7 @@ class SessionManager:
         metrics.media.playout_delay_seconds.set_function(self._mean_delay)
 
     def _mean_delay(self) -> float:
-        delays = [s.outbound.playout.stats().delay for s in self.sessions.values() if s.lifecycle.started.is_set()]
+        delays = [s.playout_delay() for s in self.sessions.values() if s.started]
         return sum(delays) / len(delays) if delays else 0.0
 
     async def create(self, options: SessionCreate) -> Session:
@@ -111,7 +112,7 @@ class SessionManager:
                 raise ApiError(503, exc.code, exc.message, retry_after=exc.retry_after_s) from None
             raise ApiError(400, "bad_image" if photo is not None else "bad_avatar", exc.message) from None
         record_dir = self.settings.record_dir if options.record else None
-        session = Session(sid, options, self.settings, link, self.metrics, record_dir, self.tts)
+        session = Session(sid, options, self.settings, link, self.engine.local, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session
         session.start_engine()
         self.metrics.sessions_created.inc()
@@ -126,7 +127,7 @@ class SessionManager:
         session = self.sessions.get(session_id)
         if session is None or session.closing:
             return False
-        return session.pc is None and not session.lifecycle.connected.is_set()
+        return session.pc is None and not session.connected
 
     def get(self, session_id: str, token: str | None) -> Session:
         session = self.sessions.get(session_id)

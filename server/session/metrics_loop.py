@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from server.base.engine_link import EngineLink
 from server.base.metrics import ServerMetrics
 from server.base.protocol import MetricsEvent, ServerEvent
 from server.media.microphone import MicrophoneIntake
@@ -26,7 +25,7 @@ class MetricsLoop:
         sync: SyncProbe,
         feeder: Feeder,
         generated: GeneratedFrames,
-        link: EngineLink,
+        engine_bytes: Callable[[], int],
         microphone: MicrophoneIntake,
         played: PlaybackReporter,
         metrics: ServerMetrics,
@@ -37,7 +36,7 @@ class MetricsLoop:
         self._sync = sync
         self._feeder = feeder
         self._generated = generated
-        self._link = link
+        self._engine_bytes = engine_bytes  # what the engine holds between chunks
         self._microphone = microphone
         self._played = played
         self._metrics = metrics
@@ -60,7 +59,7 @@ class MetricsLoop:
             engine_backlog_ms=round(backlog * 1000 / rate, 1),
             av_offset_ms=round(1000 * offset, 1),
             mic_seconds=round(self._microphone.samples / rate, 2),
-            engine_state_bytes=self._link.nbytes(),
+            engine_state_bytes=self._engine_bytes(),
         )
 
     async def run(self) -> None:

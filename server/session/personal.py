@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.base.engine_link import AvatarStore, EnrollError, EnrollTimeout, PhotoAvatar, StoreError, enroll
+from server.base.engine_port import PhotoAvatar
 from server.base.errors import ApiError
+from server.base.local_engine import AvatarStore, Enroll, EnrollError, EnrollTimeout, StoreError
 from server.base.tasks import TaskSet
 from server.config import EnrolmentSettings
 from server.session.upload_folder import UploadFolder
@@ -66,11 +67,12 @@ def _store_error(exc: StoreError) -> ApiError:
 
 
 class PersonalAvatars:
-    """The store under ``root`` (the bundled avatars' names refused), its uploads and enrolments."""
+    """The ``store`` (the bundled avatars' names refused), its uploads and enrolments (``enroll``)."""
 
-    def __init__(self, root: str | Path | None, reserved: Callable[[], list[str]],
+    def __init__(self, store: AvatarStore, enroll: Enroll, reserved: Callable[[], list[str]],
                  limits: EnrolmentSettings | None = None) -> None:
-        self.store = AvatarStore(root)
+        self.store = store
+        self._enroll = enroll
         self.reserved = reserved  # the bundled avatars' names, known once the engine runs
         self.limits = limits or EnrolmentSettings()
         self.uploads = UploadFolder(self.limits.upload_dir)
@@ -143,7 +145,7 @@ class PersonalAvatars:
             loop.call_soon_threadsafe(update)
 
         try:
-            avatar, report = await asyncio.to_thread(enroll, clip, progress, self.limits.enrolment_timeout_s)
+            avatar, report = await asyncio.to_thread(self._enroll, clip, progress, self.limits.enrolment_timeout_s)
             await asyncio.to_thread(self.store.save, job.name, avatar, report)
             job.status, job.stage, job.progress = "done", "done", 1.0
             log.info("enrolled %r: %d mouths, coverage %.0f%%", job.name, report.entries, 100 * report.coverage)

@@ -4,7 +4,6 @@ latency, and the ``playback.*`` events due when an utterance's frames play out."
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from server.base.metrics import ServerMetrics
@@ -50,8 +49,8 @@ class PlaybackReporter:
         if not out.repeated:
             self.frames_shown += 1
         times = self._liveness
-        if times.first_frame_at is None and times.offered_at is not None:
-            times.first_frame_at = now = time.monotonic()
+        now = times.first_frame()
+        if now is not None and times.offered_at is not None:
             self._metrics.media.first_frame_seconds.observe(now - times.offered_at)
             log.info(
                 "session %s: first frame %.2f s after the offer (connected after %.2f s; engine up %.2f s "

@@ -62,7 +62,7 @@ class SessionReaper:
     async def reason_to_reap(self, session: Session, now: float) -> str | None:
         s = self._settings
         if session.closing:  # closed itself (peer gone, engine failed): forget it once done
-            return session.close_reason if session.lifecycle.closed.is_set() else None
+            return session.close_reason if session.closed else None
         times = session.liveness
         pc = session.pc
         if pc is None:
@@ -70,9 +70,9 @@ class SessionReaper:
             # socket (whose heartbeat notices a vanished agent): its viewers may come later. Viewers
             # that never connect hold it only as long as a peer may take to connect, counted from the
             # first offer since a viewer last connected (offering again does not restart it).
-            if session.outbound.viewers.connected or session.control_attached:
+            if session.viewers_connected or session.control_attached:
                 return None
-            if len(session.outbound.viewers):
+            if session.viewers:
                 waiting = now - (times.viewers_waiting_since or now)
                 return "connect_timeout" if waiting > s.connect_timeout_s else None
             return "no_offer" if now - times.created_at > s.offer_timeout_s else None

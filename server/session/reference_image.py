@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 
-from server.base.engine_link import Engine, ImageLimits, ImageTooLargeError, PhotoAvatar, UnusableImage
+from server.base.engine_port import Engine, ImageBounds, ImageTooLargeError, PhotoAvatar, UnusableImage
 from server.base.errors import ApiError
 from server.base.protocol import SessionCreate
 from server.config import Settings
@@ -28,7 +28,7 @@ class ReferenceImages:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self._engine = engine
         self._max_bytes = settings.max_image_bytes
-        self._limits = ImageLimits(settings.max_image_side, settings.max_image_pixels, MIN_SIDE)
+        self._limits = ImageBounds(settings.max_image_side, settings.max_image_pixels, MIN_SIDE)
         self._slots = asyncio.Semaphore(DECODERS)
 
     async def decode(self, options: SessionCreate) -> PhotoAvatar | None:

@@ -1,11 +1,14 @@
 """One avatar session: one peer, one engine session, two pipelines, one control socket.
 
 ``Session`` assembles the audio-in pipeline (``inbound.py``: microphone / WHIP / agent speech ->
-feed clock -> engine link) and the video-out pipeline (``outbound.py``: engine link -> playout ->
-rest face and muted voice -> broadcast to the peer and viewers), connects the peer to them, and
-owns their start and teardown and the session's events. What it holds beyond the pipelines sits in
-small parts: the peer (``peer_slot.py``), the steps others wait on (``lifecycle.py``), the instants
-the reaper judges (``liveness.py``), its tasks (``server.base.tasks``).
+feed clock -> the engine's input) and the video-out pipeline (``outbound.py``: the engine's frames
+-> playout -> rest face and muted voice -> broadcast to the peer and viewers), connects the peer to
+them, and owns their start and teardown and the session's events; each pipeline owns its end of the
+engine, the session touches neither end itself. What it holds beyond the pipelines sits in small
+parts: the peer (``peer_slot.py``), the steps others wait on (``lifecycle.py``), the instants the
+reaper judges (``liveness.py``), its tasks (``server.base.tasks``), all started here. The API and
+the reaper use the session's own methods, never its pipelines' parts, and only this module changes
+its state.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from pathlib import Path
 import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
-from server.base.engine_link import EngineError, EngineLink, QualityEvent
+from server.base.engine_port import EngineError, QualityChange, SessionEngine
 from server.base.errors import ApiError
+from server.base.local_engine import LocalEngine
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, Mode, QualityChanged, SessionCreate, SessionReady
 from server.base.tasks import TaskSet
@@ -47,7 +51,8 @@ class Session:
         session_id: str,
         options: SessionCreate,
         settings: Settings,
-        link: EngineLink,
+        link: SessionEngine,
+        local: LocalEngine,
         metrics: ServerMetrics,
         record_dir: Path | None,
         tts: TTSBackend | None = None,
@@ -56,7 +61,7 @@ class Session:
         self.token = secrets.token_urlsafe(24)
         self.settings = settings
         self.avatar = options.avatar
-        self.link = link
+        self.drawn = link.drawn  # a bundled avatar drawn by its renderer at the generated motion
         self.metrics = metrics
         self.liveness = Liveness()
         self.lifecycle = Lifecycle()
@@ -65,29 +70,30 @@ class Session:
 
         self.trace = LatencyTrace()
         self.inbound = Inbound(session_id, options, settings, link, lambda: self.outbound.generated.samples,
-                               metrics, self.events.emit, self._heard, self.trace.fed_block, tts)
+                               metrics, self.events.emit, self._heard, self.trace.fed_block, tts,
+                               local.voice_activity)
         self.outbound = Outbound(session_id, settings, link, self.inbound.voice, self.lifecycle.connected,
                                  self.liveness, self.trace, metrics, self.events.emit, self._viewer_connected,
-                                 record_dir)
+                                 record_dir, local.mp4_writer)
         self.peer = PeerSlot()
         self.tasks = TaskSet(f"{session_id}:", self._task_failed)
         self.tasks.spawn(self.inbound.voice.run(), "intake")
 
     @property
     def fps(self) -> int:
-        return self.link.info.fps
+        return self.outbound.fps
 
     @property
     def sample_rate(self) -> int:
-        return self.link.info.sample_rate
+        return self.outbound.sample_rate
 
     @property
     def height(self) -> int:
-        return self.link.frame_size[0]
+        return self.outbound.frame_size[0]
 
     @property
     def width(self) -> int:
-        return self.link.frame_size[1]
+        return self.outbound.frame_size[1]
 
     @property
     def control_attached(self) -> bool:
@@ -109,27 +115,61 @@ class Session:
     def close_reason(self) -> str | None:
         return self.lifecycle.close_reason
 
+    @property
+    def closed(self) -> bool:
+        """Teardown has finished."""
+        return self.lifecycle.closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self.lifecycle.closed.wait()
+
+    @property
+    def started(self) -> bool:
+        """The feed clock and the broadcast run."""
+        return self.lifecycle.started.is_set()
+
+    @property
+    def connected(self) -> bool:
+        """The peer, or a viewer, has connected."""
+        return self.lifecycle.connected.is_set()
+
+    @property
+    def viewers(self) -> int:
+        """WHEP viewers, connected or not."""
+        return len(self.outbound.viewers)
+
+    @property
+    def viewers_connected(self) -> bool:
+        return self.outbound.viewers.connected
+
+    def playout_delay(self) -> float:
+        """Seconds between a frame's arrival and its deadline in playout, now."""
+        return self.outbound.playout.stats().delay
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start_engine(self) -> None:
         """Prefill silence so the engine computes the first chunk now, before the browser's offer,
-        then take its frames for the session's life."""
-        silence = self.inbound.feeder.prefill(self.link.stream.first_chunk_samples)  # ahead of real time
-        self.link.feed(silence.start, silence.samples)
-        self.liveness.engine_started_at = time.monotonic()
+        then let the video-out pipeline take its frames for the session's life."""
+        self.inbound.prefill()
+        self.liveness.engine_started()
         self.lifecycle.engine_started.set()
         self.tasks.spawn(self._take_frames(), "engine-frames")
-        self.tasks.spawn(self.link.quality_changes(self._on_quality), "engine-quality")
+        self.tasks.spawn(self.outbound.quality_changes(self._on_quality), "engine-quality")
 
     async def _take_frames(self) -> None:
         try:
-            await self.link.deliver(self.outbound.generated)
+            await self.outbound.pump()
         except EngineError as exc:
             if self.closing:
                 return
             log.error("session %s: %s (%s)", self.id, exc.message, exc.code)
             self.events.emit(ErrorEvent(code=exc.code, message=exc.message))
-            self.tasks.spawn(self.close(exc.code), "close")
+            self._close_soon(exc.code)
+
+    def _close_soon(self, reason: str) -> None:
+        """Close from a callback or a task of the session's own."""
+        self.tasks.spawn(self.close(reason), "close")
 
     def _task_failed(self, task: asyncio.Task, exc: BaseException) -> None:
         """One of the session's tasks died: logged with the session, and the client is told."""
@@ -137,7 +177,7 @@ class Session:
         self.events.emit(ErrorEvent(code="internal_error",
                                     message=f"{task.get_name()} stopped ({exc.__class__.__name__})"))
 
-    def _on_quality(self, change: QualityEvent) -> None:
+    def _on_quality(self, change: QualityChange) -> None:
         self.metrics.quality_changes.labels(change.reason).inc()
         self.events.emit(QualityChanged(level=change.level, name=change.name, reason=change.reason))
 
@@ -146,7 +186,7 @@ class Session:
         nothing is sent back); media starts once ICE/DTLS connect."""
         if self.peer.pc is not None:
             raise ApiError(409, "already_offered", "this session already has a peer connection")
-        self.liveness.offered_at = time.monotonic()
+        self.liveness.offered()
         self.peer.pc = pc = create_peer(self.settings.ice_servers)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
@@ -158,12 +198,29 @@ class Session:
         self._start_media_once()
         return description
 
+    async def accept_ingest(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
+        """A WHIP publisher's offer answered (its audio is the microphone): the resource's id and our answer."""
+        description = await self.accept_offer(offer, ingest=True)
+        self.peer.ingest_id = resource_id = secrets.token_urlsafe(12)
+        return resource_id, description
+
+    def ingest_pc(self, resource_id: str) -> RTCPeerConnection | None:
+        """The WHIP publisher's connection, if ``resource_id`` names it."""
+        return self.peer.pc if self.peer.ingest_id == resource_id else None
+
+    def viewer_pc(self, resource_id: str) -> RTCPeerConnection | None:
+        """The WHEP viewer ``resource_id``'s connection, if it is one of this session's."""
+        viewer = self.outbound.viewers.get(resource_id)
+        return viewer.pc if viewer is not None else None
+
+    async def remove_viewer(self, resource_id: str) -> None:
+        await self.outbound.viewers.remove(resource_id)
+
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A WHEP viewer (read-only: the avatar's video and voice); its id and our answer. Viewers alone
         (an agent's session) start the media clock too. The first offer since a viewer last connected
         starts the connect timeout (later offers do not restart it)."""
-        if self.liveness.viewers_waiting_since is None:
-            self.liveness.viewers_waiting_since = time.monotonic()
+        self.liveness.viewer_offered()
         try:
             viewer = await self.outbound.viewers.add(offer)
         except TooManyViewers as exc:
@@ -177,7 +234,7 @@ class Session:
             self.tasks.spawn(self._start_media(), "media-start")
 
     def _viewer_connected(self) -> None:
-        self.liveness.viewers_waiting_since = None
+        self.liveness.viewer_connected()
         if not self.lifecycle.connected.is_set():
             self.liveness.connected()
             self.lifecycle.connected.set()
@@ -199,8 +256,8 @@ class Session:
     def _metrics_loop(self) -> MetricsLoop:
         """The once-a-second figures of both pipelines."""
         inbound, outbound = self.inbound, self.outbound
-        return MetricsLoop(outbound.playout, outbound.sync, inbound.feeder, outbound.generated, self.link,
-                           inbound.microphone, outbound.played, self.metrics, self.events.emit,
+        return MetricsLoop(outbound.playout, outbound.sync, inbound.feeder, outbound.generated,
+                           outbound.engine_bytes, inbound.microphone, outbound.played, self.metrics, self.events.emit,
                            self.settings.metrics_interval_s)
 
     async def close(self, reason: str = "closed") -> None:
@@ -213,11 +270,9 @@ class Session:
         lifecycle.close_reason = reason
         t0 = time.monotonic()
         self.tasks.cancel()
-        self.outbound.playout.close()
-        await self.link.close()
+        await self.outbound.close_engine()
         t_worker = time.monotonic()
-        if self.outbound.recorder is not None:
-            await asyncio.to_thread(self.outbound.recorder.close)
+        await self.outbound.close_recording()
         t_rec = time.monotonic()
         if self.peer.pc is not None:
             await close_peer(self.peer.pc)
@@ -255,7 +310,7 @@ class Session:
                 # The agent still drives the session: a page that watched it left, another may come.
                 self.tasks.spawn(self._release_peer(pc, f"peer_{state}"), "release-peer")
             else:
-                self.tasks.spawn(self.close(f"peer_{state}"), "close")
+                self._close_soon(f"peer_{state}")
 
     async def _release_peer(self, pc: RTCPeerConnection, reason: str) -> None:
         """Forget the session's peer (its tracks leave the broadcast); the session waits for the next."""
@@ -284,3 +339,18 @@ class Session:
         self, mode: Mode | None, voice: str | None, barge_in: bool | None = None, user_audio: bool | None = None
     ) -> None:
         self.inbound.configure(mode, voice, barge_in, user_audio)
+
+    def speak(self, text: str, utterance_id: str | None, voice: str | None) -> str:
+        """Queue ``text`` for the agent's voice (agent mode); its utterance id."""
+        return self.inbound.voice.speak(text, utterance_id, voice)
+
+    def append_audio(self, pcm: bytes, sample_rate: int, utterance_id: str | None) -> str:
+        """The agent's own PCM16 speech, appended to its utterance; the utterance's id."""
+        return self.inbound.voice.append_audio(pcm, sample_rate, utterance_id)
+
+    def commit_audio(self, utterance_id: str | None) -> str:
+        return self.inbound.voice.commit_audio(utterance_id)
+
+    def interrupt(self) -> int:
+        """Stop the agent's voice now: what is queued is dropped, what was fed and not yet heard silenced."""
+        return self.inbound.voice.interrupt()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.base.engine_link import PublishedFrame
+from server.base.engine_port import PublishedFrame
 from server.media.playout import VideoOut
 
 KEEP = 1500  # entries per log: 30 s of 20 ms blocks, 60 s of frames at 25 fps

@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from server.base.errors import ControlError
+from server.base.local_engine import VoiceActivity
 from server.base.metrics import ServerMetrics
 from server.base.protocol import Mode, ServerEvent
 from server.voice.barge_in import BargeIn
@@ -39,6 +40,7 @@ class AgentVoice:
         fps: int,
         max_text_chars: int,
         vad: VadConfig | None,
+        vad_model: Callable[[], VoiceActivity],
         voice: str | None,
         barge_in: bool,
         user_audio: bool,
@@ -57,6 +59,7 @@ class AgentVoice:
         self.barge_in = BargeIn(
             sample_rate,
             vad,
+            vad_model,
             barge_in,
             user_audio,
             emit,

@@ -8,18 +8,20 @@ from collections.abc import Callable
 
 import numpy as np
 
+from server.base.local_engine import VoiceActivity
 from server.base.protocol import ErrorEvent, ServerEvent, UserSpeechStarted, UserSpeechStopped
 from server.media.audio import float_to_pcm16
 from server.voice.vad import SpeechDetector, SpeechStarted, VadConfig, VadUnavailable
 
 
 class BargeIn:
-    """Runs the VAD on the microphone (loaded at its first samples; ``config`` None: VAD off)."""
+    """Runs the VAD on the microphone (``model`` made at its first samples; ``config`` None: VAD off)."""
 
     def __init__(
         self,
         sample_rate: int,
         config: VadConfig | None,
+        model: Callable[[], VoiceActivity],
         enabled: bool,
         user_audio: bool,
         emit: Callable[[ServerEvent], None],
@@ -31,6 +33,7 @@ class BargeIn:
         self.enabled = enabled  # user speech interrupts the avatar
         self.user_audio = user_audio  # user.speech_stopped carries the segment's PCM
         self._config = config
+        self._model = model
         self._emit = emit
         self._speaking = speaking
         self._heard_until = heard_until
@@ -77,7 +80,7 @@ class BargeIn:
         if self._config is None or self._failed:
             return None
         try:
-            self._detector = SpeechDetector(self.sample_rate, self._config)
+            self._detector = SpeechDetector(self.sample_rate, self._model(), self._config)
         except VadUnavailable as exc:
             self._failed = True
             self._emit(ErrorEvent(code="vad_unavailable", message=str(exc)))

@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from server.base.engine_link import piper
+from server.base.local_engine import PiperVoices
 from server.media.audio import float_to_pcm16, resample_pcm16
 
 ESPEAK = "espeak-ng"
@@ -163,11 +163,12 @@ class PiperTTS:
 
     name = "piper"
 
-    def __init__(self, sample_rate: int, model: Path | None = None, threads: int = 1) -> None:
+    def __init__(self, sample_rate: int, piper: PiperVoices, model: Path | None = None, threads: int = 1) -> None:
         if not piper.available():
             raise TTSUnavailable(f"the Piper backend needs the piper-tts package: {piper.PIPER_INSTALL}")
         self.sample_rate = sample_rate
         self.threads = threads
+        self._piper = piper
         self.models = piper.installed_voices(model)
         if not self.models:
             raise TTSUnavailable(f"no Piper voice is installed: {piper.PIPER_INSTALL}, or set AVATAR_PIPER_MODEL")
@@ -183,7 +184,7 @@ class PiperTTS:
         with self._lock:
             voice = self._voices.get(name)
             if voice is None:
-                loaded = piper.load_voice(self.models[name], self.threads)
+                loaded = self._piper.load_voice(self.models[name], self.threads)
                 voice = self._voices[name] = (loaded, threading.Lock())
             return voice
 
@@ -196,12 +197,14 @@ class PiperTTS:
     def _run(self, name: str, text: str) -> np.ndarray:
         piper_voice, lock = self._load(name)
         with lock:
-            audio, rate = piper.synthesize(piper_voice, text)
+            audio, rate = self._piper.synthesize(piper_voice, text)
         return resample_pcm16(float_to_pcm16(audio), rate, self.sample_rate)
 
 
-def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = None) -> TTSBackend:
-    """The configured backend; raises :class:`TTSUnavailable` with an install hint when it is missing.
+def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = None,
+                   piper: PiperVoices | None = None) -> TTSBackend:
+    """The configured backend, Piper's voices from ``piper``; raises :class:`TTSUnavailable` with an
+    install hint when it is missing.
 
     espeak-ng is checked lazily (a server without it still serves mirror mode and pushed audio; ``speak``
     answers with a ``tts_unavailable`` error), Piper eagerly (choosing it and not having it is a
@@ -210,5 +213,7 @@ def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = N
     if name == "espeak":
         return EspeakTTS(sample_rate)
     if name == "piper":
-        return PiperTTS(sample_rate, piper_model)
+        if piper is None:
+            raise TTSUnavailable("the Piper backend was given no Piper voices")
+        return PiperTTS(sample_rate, piper, piper_model)
     raise TTSUnavailable(f"unknown TTS backend {name!r}; choose espeak or piper")

@@ -1,10 +1,7 @@
 """Voice activity on the user's microphone (agent mode): when the user starts and stops talking.
 
-Silero VAD's ONNX model (shipped inside the ``silero-vad`` package) runs through onnxruntime
-on one thread, 32 ms windows at a time (~0.3 ms each), with its recurrent state passed in
-and out explicitly, so one loaded model serves every session. The package itself is never
-imported: importing it sets torch's global thread count to 1, which would halve the
-engine's speed; only its model file is used.
+The model is the engine's (Silero VAD through onnxruntime, 32 ms windows at 16 kHz, ~0.3 ms
+each), handed in as a :class:`~server.base.local_engine.VoiceActivity` made once per stream.
 
 :class:`SpeechDetector` turns window probabilities into segments with hysteresis (start
 above ``threshold`` for ``min_speech_ms``; stop below ``neg_threshold`` for
@@ -19,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.media.vad import VAD_RATE, WINDOW, SileroVAD
-from engine.media.vad import VadUnavailable as VadUnavailable  # barge-in reports it
+from server.base.local_engine import VadUnavailable as VadUnavailable  # barge-in reports it
+from server.base.local_engine import VoiceActivity
 from server.media.audio import Resampler, float_to_pcm16
 
 
@@ -47,12 +44,15 @@ class SpeechStopped:
 
 
 class VadWindows:
-    """Cuts one stream (float32 mono at ``sample_rate``) into the model's 16 kHz windows, numbered
-    from the stream's start, and maps a window back to the input stream's samples."""
+    """Cuts one stream (float32 mono at ``sample_rate``) into the model's windows (``window``
+    samples at ``rate``), numbered from the stream's start, and maps a window back to the input
+    stream's samples."""
 
-    def __init__(self, sample_rate: int) -> None:
+    def __init__(self, sample_rate: int, rate: int, window: int) -> None:
         self.sample_rate = sample_rate
-        self._resampler = None if sample_rate == VAD_RATE else Resampler(VAD_RATE)
+        self.rate = rate
+        self.window = window
+        self._resampler = None if sample_rate == rate else Resampler(rate)
         self._pending = np.zeros(0, np.float32)  # 16 kHz samples not yet a whole window
         self._count = 0  # windows handed out
 
@@ -63,15 +63,15 @@ class VadWindows:
         else:
             audio = self._resampler.push_pcm16(float_to_pcm16(samples), self.sample_rate)
         self._pending = np.concatenate([self._pending, audio]) if self._pending.size else audio
-        while self._pending.size >= WINDOW:
-            window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
+        while self._pending.size >= self.window:
+            window, self._pending = self._pending[:self.window], self._pending[self.window:]
             index = self._count
             self._count += 1
             yield index, window
 
     def sample(self, window: int) -> int:
         """Input-stream sample where window ``window`` begins."""
-        return window * WINDOW * self.sample_rate // VAD_RATE
+        return window * self.window * self.sample_rate // self.rate
 
 
 class SegmentAudio:
@@ -109,12 +109,12 @@ class SegmentAudio:
 class SpeechDetector:
     """Streams one microphone's audio (float32 mono at ``sample_rate``) into speech start/stop events."""
 
-    def __init__(self, sample_rate: int, config: VadConfig | None = None) -> None:
+    def __init__(self, sample_rate: int, model: VoiceActivity, config: VadConfig | None = None) -> None:
         self.sample_rate = sample_rate
         self.config = cfg = config or VadConfig()
-        self._vad = SileroVAD()
-        self._windows = VadWindows(sample_rate)
-        ms = WINDOW * 1000 / VAD_RATE
+        self._vad = model
+        self._windows = VadWindows(sample_rate, model.rate, model.window)
+        ms = model.window * 1000 / model.rate
         self._need_speech = max(1, round(cfg.min_speech_ms / ms))
         self._need_silence = max(1, round(cfg.min_silence_ms / ms))
         self._run = 0  # windows in a row on the other side of the hysteresis

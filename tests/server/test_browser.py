@@ -91,7 +91,7 @@ async def test_the_page_asks_for_a_drawn_avatar_as_the_server_suggests_or_the_us
             await page.click("#start")
             assert await wait_until(lambda: len(srv.manager.sessions) == 1, 15)
             (session,) = srv.manager.sessions.values()
-            assert session.link.drawn is drawn, (query, untick)
+            assert session.drawn is drawn, (query, untick)
             await page.wait_for_function("(window.avatarDemo.stats.framesDecoded ?? 0) >= 5", timeout=30_000)
             assert await page.is_disabled("#drawn"), "the choice is fixed while the session runs"
             await page.click("#stop")

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from server.base.engine_link import PublishedFrame
+from server.base.engine_port import PublishedFrame
 from server.media.clock import Clock, MonotonicClock
 from server.media.playout.av_offset import AvOffsetMeter
 from server.media.playout.config import EPS, PlayoutConfig

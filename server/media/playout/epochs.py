@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from server.base.engine_link import PublishedFrame
+from server.base.engine_port import PublishedFrame
 from server.media.playout.config import EPS, PlayoutConfig
 
 

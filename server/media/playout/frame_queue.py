@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.base.engine_link import PublishedFrame
+from server.base.engine_port import PublishedFrame
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ async def test_portraits_are_listed_served_and_streamed():
         assert res.status_code == 201, res.text
         session = srv.manager.sessions[res.json()["session_id"]]
         await asyncio.wait_for(session.lifecycle.engine_started.wait(), 30)
-        assert await wait_until(lambda: session.link.nbytes() > 0, 10)
+        assert await wait_until(lambda: session.outbound.engine_bytes() > 0, 10)
         assert (session.height, session.width) == (512, 512)  # a photo session of the portrait
 
         wrong = await srv.http.post("/v1/sessions", json={"avatar": "nobody"})

@@ -291,7 +291,7 @@ async def test_health_metrics_demo_page_and_docs():
         assert info["fps"] == 25 and "ada" in info["avatars"] and set(info["presets"]) == {"quality", "fast"}
         assert info["ice_server_count"] == 0  # the page may then prepare its offer before the session exists
         fast = await create(srv, quality="fast", avatar="ada")
-        link = srv.manager.sessions[fast["session_id"]].link
+        link = srv.manager.sessions[fast["session_id"]].outbound.engine
         assert link.preset == "fast" and link.stream.quality_name.startswith("no-interp")
         assert fast["avatar"] == "ada"
 
@@ -319,7 +319,7 @@ async def test_reference_image_instead_of_a_bundled_avatar_and_its_bad_inputs(as
         assert s["avatar"] is None
         session = srv.manager.sessions[s["session_id"]]
         await asyncio.wait_for(session.lifecycle.engine_started.wait(), 30)
-        assert await wait_until(lambda: session.link.nbytes() > 0, 10)  # the engine holds its rolling state
+        assert await wait_until(lambda: session.outbound.engine_bytes() > 0, 10)  # the engine holds its rolling state
         assert (session.height, session.width) == (512, 512)
         cases = [
             ({"image": "not base64!"}, 400, "bad_image"),

@@ -14,7 +14,7 @@ from server_helpers import admitted_session, engine_pipeline, make_settings, mea
 from engine.service.pool import WorkerPool
 from engine.service.worker import WorkerOptions, core_from
 from server.api.app import create_app
-from server.base.engine_link import Engine
+from server.api.engine_adapter import Engine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BACKOFF_S = (0.2, 0.8)

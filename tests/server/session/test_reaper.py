@@ -9,19 +9,13 @@ from server.config import Settings
 from server.session.reaper import MAX_REMOTE_STREAMS, SessionReaper
 
 
-class Viewers:
-    def __init__(self, waiting: int = 0, connected: int = 0) -> None:
-        self.waiting, self.connected = waiting, connected
-
-    def __len__(self) -> int:
-        return self.waiting + self.connected
-
-
-def session(pc=None, created_at: float = 100.0, viewers: Viewers | None = None) -> SimpleNamespace:
+def session(pc=None, created_at: float = 100.0, waiting: int = 0, connected: int = 0) -> SimpleNamespace:
+    """What the reaper reads of a session: its instants, its peer, and its WHEP viewers (``waiting``
+    to connect and ``connected``)."""
     times = SimpleNamespace(created_at=created_at, offered_at=created_at, last_heard_at=created_at,
                             viewers_waiting_since=created_at)
-    outbound = SimpleNamespace(viewers=viewers or Viewers())
-    return SimpleNamespace(closing=False, liveness=times, pc=pc, outbound=outbound, control_attached=False)
+    return SimpleNamespace(closing=False, closed=False, liveness=times, pc=pc, viewers=waiting + connected,
+                           viewers_connected=connected > 0, control_attached=False)
 
 
 class Receiver:
@@ -67,9 +61,9 @@ async def test_an_agent_holding_the_control_socket_keeps_a_session_without_a_pee
 
 async def test_viewers_that_never_connect_hold_a_session_only_for_the_connect_timeout():
     reaper = SessionReaper(None, Settings(connect_timeout_s=8.0))
-    assert await reaper.reason_to_reap(session(viewers=Viewers(waiting=1)), now=107.9) is None
-    assert await reaper.reason_to_reap(session(viewers=Viewers(waiting=2)), now=108.1) == "connect_timeout"
-    assert await reaper.reason_to_reap(session(viewers=Viewers(waiting=1, connected=1)), now=400.0) is None
+    assert await reaper.reason_to_reap(session(waiting=1), now=107.9) is None
+    assert await reaper.reason_to_reap(session(waiting=2), now=108.1) == "connect_timeout"
+    assert await reaper.reason_to_reap(session(waiting=1, connected=1), now=400.0) is None
 
 
 async def test_a_peer_sending_from_too_many_ssrcs_is_reaped():

@@ -13,8 +13,9 @@ from PIL import Image
 from server_helpers import make_settings, running_server
 
 from engine.eval.variants import make_variants
-from engine.media.image import decode_image
-from server.base.engine_link import Engine, ImageLimits, PhotoAvatar
+from engine.media.image import ImageLimits, decode_image
+from engine.photo.avatar import PhotoAvatar
+from server.api.engine_adapter import Engine
 from server.base.errors import ApiError
 from server.base.protocol import SessionCreate
 from server.config import Settings

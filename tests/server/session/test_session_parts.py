@@ -7,14 +7,14 @@ import threading
 
 import numpy as np
 
-from server.base.engine_link import PublishedFrame
+from engine.frames import PublishedFrame
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, MetricsEvent, PlaybackFinished, PlaybackStarted, SessionReady
-from server.media import recorder as recorder_module
 from server.media.playout import PlayoutBuffer, PlayoutConfig
 from server.media.recorder import MP4Recorder
 from server.session.events import EVENT_QUEUE, EventQueue, SessionEvents
 from server.session.generated import GeneratedFrames
+from server.session.liveness import Liveness
 
 FPS, SR = 25, 16000
 
@@ -91,11 +91,10 @@ class StalledWriter:
 
 
 async def test_a_recording_that_falls_behind_drops_frames_instead_of_failing_the_session(monkeypatch, tmp_path):
-    monkeypatch.setattr(recorder_module, "Mp4Writer", StalledWriter)
     StalledWriter.release.clear()
     StalledWriter.written.clear()
     metrics = ServerMetrics()
-    recorder = MP4Recorder(tmp_path / "s.mp4", FPS, SR, queue_frames=8)
+    recorder = MP4Recorder(tmp_path / "s.mp4", StalledWriter, FPS, SR, queue_frames=8)
     playout = PlayoutBuffer(PlayoutConfig(fps=FPS, sample_rate=SR))
     connected = asyncio.Event()
     generated = GeneratedFrames(playout, recorder, connected, metrics)
@@ -107,3 +106,20 @@ async def test_a_recording_that_falls_behind_drops_frames_instead_of_failing_the
     await asyncio.to_thread(recorder.close)
     assert recorder.error is None and len(StalledWriter.written) == 30 - recorder.frames_dropped
     playout.close()
+
+
+def test_liveness_notes_each_instant_where_it_belongs() -> None:
+    times = Liveness()
+    assert times.first_frame() is None and times.first_frame_at is None  # no offer, no first frame
+    times.offered()
+    first = times.first_frame()
+    assert first is not None and first == times.first_frame_at >= times.offered_at >= times.created_at
+    assert times.first_frame() is None and times.first_frame_at == first  # noted once
+    times.viewer_offered()
+    since = times.viewers_waiting_since
+    times.viewer_offered()  # offering again does not restart the wait
+    assert since is not None and times.viewers_waiting_since == since
+    times.viewer_connected()
+    assert times.viewers_waiting_since is None
+    times.engine_started()
+    assert times.engine_started_at is not None

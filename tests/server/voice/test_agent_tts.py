@@ -13,6 +13,7 @@ from agent_helpers import live_session
 from server_helpers import loopback_only, make_settings, running_server, wait_until
 
 from server import cli
+from server.api.local_adapter import create_backend
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, UtteranceQueued
 from server.config import Settings
@@ -40,7 +41,7 @@ def test_text_is_split_into_sentences_and_long_ones_into_clauses():
 
 @pytest.mark.parametrize("backend", ["espeak", "piper"])
 async def test_backends_speak_at_the_engine_rate(backend):
-    voice = tts.create_backend(backend, SR)
+    voice = create_backend(backend, SR)
     t0 = time.perf_counter()
     pcm = await voice.synthesize("Hello, I am a talking avatar.")
     took = time.perf_counter() - t0
@@ -59,9 +60,11 @@ def test_missing_backend_is_a_clear_error(monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "piper" else real(name, *a))
     with pytest.raises(tts.TTSUnavailable, match="pip install piper-tts"):
-        tts.create_backend("piper", SR)
+        create_backend("piper", SR)
+    with pytest.raises(tts.TTSUnavailable, match="no Piper voices"):
+        tts.create_backend("piper", SR)  # the voice layer has Piper's voices only as it is given them
     with pytest.raises(tts.TTSUnavailable, match="unknown TTS backend"):
-        tts.create_backend("festival", SR)
+        create_backend("festival", SR)
     assert Settings.from_env({"AVATAR_TTS": "piper"}).tts == "piper"
     # `avatar serve` refuses to start with a backend that is not there, in one line.
     assert cli.main(["serve", "--tts", "piper", "--port", "0"]) == 2

@@ -11,6 +11,7 @@ import torch
 from agent_helpers import LEAD_S, append_message, live_session, tone, user_wav
 from server_helpers import SpeechTrack, loopback_only, make_settings, running_server
 
+from server.api.local_adapter import SileroActivity
 from server.media.audio import pcm16_to_float
 from server.voice.vad import SpeechDetector, SpeechStarted, SpeechStopped
 
@@ -18,7 +19,7 @@ SR = 16000
 
 
 def run_detector(pcm: np.ndarray, rate: int) -> list:
-    detector = SpeechDetector(rate)
+    detector = SpeechDetector(rate, SileroActivity())
     step = rate // 50
     events = []
     for i in range(0, pcm.size, step):

@@ -13,10 +13,10 @@ import pytest
 from server_helpers import admitted_session, make_settings, running_server, wait_until
 from websockets.sync.client import connect
 
+from server.api.local_adapter import create_backend
 from server.base.metrics import ServerMetrics
 from server.base.protocol import ErrorEvent, UtteranceQueued, control_subprotocols
 from server.base.tasks import TaskSet
-from server.voice import tts
 from server.voice.intake import SpeechIntake
 from server.voice.speech import SpeechQueue
 
@@ -27,7 +27,7 @@ SR = 16000
 async def test_a_synthesis_that_fails_fails_its_utterance_and_the_voice_speaks_on(backend):
     events: list = []
     intake = SpeechIntake(SpeechQueue(60 * SR, 64), SR, 2000, None, events.append, ServerMetrics(),
-                          tts.create_backend(backend, SR))
+                          create_backend(backend, SR))
     worker = asyncio.create_task(intake.run())
     try:
         intake.speak("a\u0000b", "broken", None)

@@ -1,4 +1,4 @@
-"""The engine link: warm-up at start-up, and settings that reach the engine."""
+"""The engine the settings name: warm-up at start-up, and settings that reach the engine's workers."""
 
 from __future__ import annotations
 
@@ -54,8 +54,7 @@ def test_parallel_flags_give_each_worker_a_plan_and_a_group_of_devices(capsys) -
     """``--sequence-parallel 2`` on 8 GPUs: four workers, on cuda:0, :2, :4, :6 (each worker's
     ranks on the next device); a plan no engine can run is one line and exit 2."""
     from engine.parallel.plan import ParallelPlan
-    from server.api.engine_setup import worker_options
-    from server.base.engine_link import worker_devices
+    from server.api.engine_setup import worker_devices, worker_options
     from server.cli import main as cli_main
 
     assert worker_options(Settings()).parallel is None

@@ -1,84 +1,48 @@
-"""The server's one link to the engine: every use of the engine's machinery by the server goes
-through here (the settings and the CLI also read the preset names, ``engine.presets``, a plain enum).
+"""The one adapter over the engine: the server's ports (``server.base.engine_port``) made of the
+engine's client, started and stopped with the app and handed to the session manager.
 
-The engine runs in its own worker processes (``engine.service``), reached through one
-``EngineClient``; :class:`Engine` is the server's view of it (what it draws, opening
-sessions, worker figures, reference-image decoding) and :class:`EngineLink` one session's
-engine: audio pushed by sample index, frames taken in order from shared memory (the engine
-runs ahead of playout by its frame credit at most), interrupts and playout deadlines passed
-on, quality changes and failures reported.
-
-The engine package also holds two media helpers the server runs in its own process (the MP4
-writer behind recordings and the Piper TTS wrapper); they are re-exported here so that no
-other server module imports them from ``engine``; so are personal avatars' enrolment and
-store (``engine.personal``), which the web process runs beside its sessions.
+:class:`Engine` is the server's view of the ``EngineClient`` (what it draws, opening sessions,
+worker figures, reference-image preparation) and :class:`EngineLink` one session's engine: audio
+pushed by sample index, frames taken in order from shared memory (the engine runs ahead of
+playout by its frame credit at most) and delivered to the session's sink, interrupts and playout
+deadlines passed on, quality changes and failures reported. The engine's errors become the
+server's :class:`~server.base.engine_port.EngineError` here, so nothing below catches the engine's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from engine.config import get_config
 from engine.frames import PublishedFrame
-from engine.media import piper
 from engine.media.audio_io import MediaError
 from engine.media.image import ImageLimits, ImageTooLarge, decode_image, encode_jpeg
-from engine.media.mp4 import Mp4Writer
-from engine.parallel.plan import ParallelPlan
-from engine.personal.enroll import MAX_BYTES as MAX_VIDEO_BYTES
-from engine.personal.enroll import EnrollError, EnrollTimeout, enroll
-from engine.personal.store import AvatarStore, StoreError
 from engine.photo.avatar import FaceError, PhotoAvatar, photo_avatar
 from engine.portraits import PORTRAITS, Portrait, portrait_avatar
-from engine.service.client import EngineClient, EngineError, EngineStream, QualityEvent, WorkerView
+from engine.service import client as engine_client
+from engine.service.client import EngineClient, EngineStream, QualityEvent, WorkerView
 from engine.service.messages import EngineInfo, SessionSpec
-from engine.service.pool import WorkerPool, worker_devices
-from engine.service.worker import WorkerOptions
+from server.api.local_adapter import local_engine
+from server.base.engine_port import EngineError, FrameSink, ImageBounds, ImageTooLargeError, UnusableImage
+from server.base.local_engine import LocalEngine
 
-__all__ = [
-    "MAX_VIDEO_BYTES",
-    "AvatarStore",
-    "EnrollError",
-    "EnrollTimeout",
-    "StoreError",
-    "enroll",
-    "encode_jpeg",
-    "Engine",
-    "EngineClient",
-    "EngineError",
-    "EngineInfo",
-    "EngineLink",
-    "FrameSink",
-    "UnusableImage",
-    "ImageLimits",
-    "ImageTooLargeError",
-    "Mp4Writer",
-    "ParallelPlan",
-    "PhotoAvatar",
-    "PublishedFrame",
-    "QualityEvent",
-    "WorkerOptions",
-    "WorkerPool",
-    "WorkerView",
-    "piper",
-    "sample_rate_of",
-    "worker_devices",
-]
+__all__ = ["Engine", "EngineLink", "encode_jpeg", "sample_rate_of", "server_errors"]
 
 log = logging.getLogger(__name__)
 ORIGIN_TOLERANCE_S = 0.004  # playout deadline moves smaller than this are not worth a message
 
 
-class UnusableImage(ValueError):
-    """A reference image the engine cannot read."""
-
-
-class ImageTooLargeError(UnusableImage):
-    """A reference image whose header declares more pixels than allowed; it was never decoded."""
+@contextlib.contextmanager
+def server_errors() -> Iterator[None]:
+    """The engine's errors raised as the server's."""
+    try:
+        yield
+    except engine_client.EngineError as exc:
+        raise EngineError(exc.code, exc.message, exc.retry_after_s) from exc
 
 
 def sample_rate_of(config: str) -> int:
@@ -89,8 +53,9 @@ def sample_rate_of(config: str) -> int:
 class Engine:
     """The engine as the server uses it, started and stopped with the app."""
 
-    def __init__(self, client: EngineClient) -> None:
+    def __init__(self, client: EngineClient, local: LocalEngine | None = None) -> None:
         self.client = client
+        self.local = local or local_engine()
 
     async def start(self) -> None:
         await self.client.start()
@@ -131,10 +96,11 @@ class Engine:
     def capacity(self) -> int:
         return self.client.capacity()
 
-    def photo_avatar(self, data: bytes, limits: ImageLimits) -> PhotoAvatar:
+    def photo_avatar(self, data: bytes, bounds: ImageBounds) -> PhotoAvatar:
         """A PNG/JPEG/WebP/GIF photograph made a photo avatar (its face found and cropped), its
-        size checked from the header first; :class:`ImageTooLargeError` over ``limits``,
+        size checked from the header first; :class:`ImageTooLargeError` over ``bounds``,
         :class:`UnusableImage` (with the reason: no face found, too small, turned too far) if unusable."""
+        limits = ImageLimits(bounds.max_side, bounds.max_pixels, bounds.min_side)
         try:
             return photo_avatar(decode_image(data, limits))
         except ImageTooLarge as exc:
@@ -146,23 +112,13 @@ class Engine:
                    name: str, drawn: bool = False) -> EngineLink:
         """A session on the least loaded worker; :class:`EngineError` if none can take it."""
         spec = SessionSpec(avatar=avatar, photo=photo, seed=seed, preset=preset, drawn=drawn)
-        stream = await self.client.open(spec, name)
+        with server_errors():
+            stream = await self.client.open(spec, name)
         return EngineLink(stream, preset, name, drawn=drawn and photo is None and self.info.accepts_images)
 
 
-class FrameSink(Protocol):
-    """Where a session's generated frames go."""
-
-    def on_generated(self, frames: list[PublishedFrame]) -> None:
-        """As soon as frames arrive from the engine; must not block."""
-
-    async def put(self, frames: list[PublishedFrame]) -> None:
-        """May wait while the consumer is full (the engine's credit waits with it). Returns at
-        once, dropping the frames, once the consumer is closed."""
-
-
 class EngineLink:
-    """One session's engine."""
+    """One session's engine (``server.base.engine_port.SessionEngine``)."""
 
     def __init__(self, stream: EngineStream, preset: str, name: str, drawn: bool = False) -> None:
         self.stream = stream
@@ -172,6 +128,10 @@ class EngineLink:
         self.preset = preset
         self.name = name
         self._origin: float | None = None
+
+    @property
+    def first_chunk_samples(self) -> int:
+        return self.stream.first_chunk_samples
 
     def feed(self, start: int, samples: np.ndarray) -> None:
         """Audio for the engine's timeline from sample ``start`` on, in order (the feed clock
@@ -194,29 +154,21 @@ class EngineLink:
         """Frames to ``sink`` as they arrive, until the session closes; raises :class:`EngineError`
         if the engine loses the session."""
         stream = self.stream
-        while True:
-            frames = [await stream.next_frame()]
-            while stream.pending() and len(frames) < stream.frames_per_chunk:
-                frames.append(await stream.next_frame())
-            sink.on_generated(frames)
-            await sink.put(frames)
+        with server_errors():
+            while True:
+                frames: list[PublishedFrame] = [await stream.next_frame()]
+                while stream.pending() and len(frames) < stream.frames_per_chunk:
+                    frames.append(await stream.next_frame())
+                sink.on_generated(frames)
+                await sink.put(frames)
 
     async def quality_changes(self, on_change: Callable[[QualityEvent], None]) -> None:
         while True:
             on_change(await self.stream.quality_events.get())
 
-    @property
-    def error(self) -> EngineError | None:
-        return self.stream.error
-
     def nbytes(self) -> int:
         """Bytes the engine holds between chunks for this session (as last reported)."""
         return self.stream.state_bytes
 
-    @property
-    def quality_level(self) -> int:
-        return self.stream.quality_level
-
     async def close(self) -> None:
         await self.stream.close()
-
