@@ -103,6 +103,10 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 class Pipeline(ConfiguredEngine):
     accepts_images = True  # a reference image of a stylised avatar can stand in for a bundled one
     renders: tuple[Render, ...] = tuple(Render)
+    # Redrawn sessions (photos, drawn avatars) take their mouths from the phones heard in their
+    # audio rather than from the DiT's face (``engine.stages.redraw``); False: the DiT's mouth.
+    heard_mouth = True
+
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
                  steps: int | None = None) -> None:
         self.config = config
@@ -207,6 +211,7 @@ class Pipeline(ConfiguredEngine):
         pipe.weights_loaded = self.weights_loaded
         pipe._bundled = self._bundled  # same models, same reference encodings
         pipe.latent_reader = self.latent_reader
+        pipe.heard_mouth = self.heard_mouth
         return pipe
 
     def reference(self, image: np.ndarray) -> ReferenceConditioning:
@@ -269,10 +274,11 @@ class Pipeline(ConfiguredEngine):
             conditioning = self._bundled[name]
         redraw = None
         if photo is not None or drawn:
-            from engine.stages.redraw import RedrawState
+            from engine.stages.redraw import HeardMouth, RedrawState
 
+            heard = HeardMouth.of(self.config.audio.sample_rate, self.config.fps) if self.heard_mouth else None
             redraw = RedrawState(self._drawer(avatar, photo), driver_image, latent_reference=pool_latents(
-                conditioning.hr_latent, self.config.dit.lr_factor)[0])
+                conditioning.hr_latent, self.config.dit.lr_factor)[0], heard=heard)
         render = Render.PHOTO if photo is not None else Render.DRAWN if drawn else Render.DECODED
         return StreamSession(self, conditioning, seed, redraw, render)
 
@@ -446,11 +452,13 @@ class Pipeline(ConfiguredEngine):
             motions, states = stage.read_latents([s.state.latents.get(lo, hi) for s, (lo, hi) in
                                                   zip(sessions, spans, strict=True)], slots,
                                                  [s.redraw for s in sessions])
-            images, states = stage.draw(motions, states)
+            audio = [self._audio(s, lo, hi) for s, (lo, hi) in zip(sessions, spans, strict=True)]
+            spf = self.config.samples_per_frame
+            images, states = stage.draw(motions, states, [a[:len(f) * spf] for a, f in zip(audio, shown, strict=True)])
             out = []
-            for s, (lo, hi), frames, made, st in zip(sessions, spans, shown, images, states, strict=True):
+            for s, (lo, hi), frames, made, st, a in zip(sessions, spans, shown, images, states, audio, strict=True):
                 s.redraw = st
-                out.append(stamped(frames, made, lo, self._audio(s, lo, hi), s.state.latents.origins(lo, hi),
+                out.append(stamped(frames, made, lo, a, s.state.latents.origins(lo, hi),
                                    self.config.fps, self.config.audio.sample_rate, td))
         return out
 

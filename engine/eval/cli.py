@@ -33,6 +33,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help=f"the preset the long run streams through (default {DEFAULT_PRESET}, what sessions get)")
     p.add_argument("--guidance", type=float, default=None,
                    help="audio guidance against silence, 1 = off (default: the config's)")
+    p.add_argument("--mouth", default="heard", choices=["heard", "generated"],
+                   help="a photo's mouth from the phones heard in its audio (default, as served) or the DiT's")
     p.add_argument("--no-deblock", action="store_true",
                    help="turn the temporal deblocking filter off (to see the decoder's own seams)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
@@ -53,9 +55,12 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 def _pipeline(args: argparse.Namespace):
     from engine.pipeline import Pipeline
 
-    return Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
+    pipe = Pipeline.from_config(args.config, device=args.device, steps=args.steps, guidance=args.guidance,
                                 weights=args.weights, threads=args.threads, dtype=args.dtype,
                                 deblock=() if args.no_deblock else None)
+    if isinstance(pipe, Pipeline):
+        pipe.heard_mouth = args.mouth == "heard"
+    return pipe
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -137,7 +142,7 @@ def cmd_eval_real(args: argparse.Namespace) -> int:
     result = evaluate_real(pipe, paths, seed=args.seed, log=(lambda _: None) if args.quiet else print,
                            sheet=Path(args.frames) if args.frames else None)
     command = (f"avatar eval --real{' ' + args.real if args.real else ''} --config {args.config} --seed {args.seed} "
-               f"--threads {args.threads} --device {args.device}"
+               f"--threads {args.threads} --device {args.device} --mouth {args.mouth}"
                + (f" --weights {args.weights}" if args.weights else "")
                + (f" --steps {args.steps}" if args.steps else ""))
     return _report(args, pipe, result, format_real_table(result), update_real_card, command)

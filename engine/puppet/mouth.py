@@ -76,11 +76,13 @@ def frame_bounds(n_frames: int, sample_rate: int, fps: int, first: int = 0) -> t
 @dataclass
 class MouthTracker:
     """Streaming ``mouth_track``: ``push`` audio in pieces of any length, get each frame once the
-    audio ``LOOKAHEAD_FRAMES`` past it is in (the recogniser settles on a phone about that late);
-    ``close`` ends the stream and returns what is left (the last partial frame zero-padded)."""
+    audio ``lookahead_frames`` past it is in (the recogniser settles on a phone about
+    ``LOOKAHEAD_FRAMES`` late; fewer frames answer sooner from phones not yet settled); ``close``
+    ends the stream and returns what is left (the last partial frame zero-padded)."""
 
     sample_rate: int
     fps: int = 25
+    lookahead_frames: int = LOOKAHEAD_FRAMES
     frame: int = field(default=0, init=False)  # next frame to make
     heard_frames: int = field(default=0, init=False)  # frames whose audio the recogniser has heard
     received: int = field(default=0, init=False)  # samples pushed so far
@@ -95,16 +97,18 @@ class MouthTracker:
     def __post_init__(self) -> None:
         if self.sample_rate < 8000:
             raise ValueError(f"need at least 8 kHz audio to hear the phones, got {self.sample_rate}")
+        if self.lookahead_frames < 0:
+            raise ValueError(f"lookahead_frames must not be negative, got {self.lookahead_frames}")
         self.resampler = Resampler(self.sample_rate)
 
     @property
     def lookahead(self) -> int:
-        return self.lookahead_samples(self.sample_rate, self.fps)
+        return self.lookahead_samples(self.sample_rate, self.fps, self.lookahead_frames)
 
     @staticmethod
-    def lookahead_samples(sample_rate: int, fps: int) -> int:
+    def lookahead_samples(sample_rate: int, fps: int, frames: int = LOOKAHEAD_FRAMES) -> int:
         """Samples past a frame's end its mouth waits for (at most: frames are of whole samples)."""
-        return -(-LOOKAHEAD_FRAMES * sample_rate // fps)
+        return -(-frames * sample_rate // fps)
 
     def push(self, pcm: np.ndarray) -> MouthTrack:
         """Mono float audio continuing the stream -> the frames it completes (possibly none)."""
@@ -113,7 +117,7 @@ class MouthTracker:
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         self.pending = np.concatenate([self.pending, x])
         self.received += x.shape[0]
-        return self._frames(((self.received + 1) * self.fps - 1) // self.sample_rate, LOOKAHEAD_FRAMES)
+        return self._frames(((self.received + 1) * self.fps - 1) // self.sample_rate, self.lookahead_frames)
 
     def close(self) -> MouthTrack:
         """End of the audio: the remaining frames, the last one zero-padded."""

@@ -120,7 +120,8 @@ def test_render_writes_a_playable_h264_aac_mp4(speech_wav: Path, tmp_path: Path)
 def test_a_drawn_render_is_the_avatar_drawn_sharp_at_the_generated_motion(speech_wav: Path, tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
     """``--drawn``: the same speech, seed and avatar; each frame is the renderer's drawing of the
-    avatar (measured: 24% more edge detail than the decoder's frames; mouth motion r 0.97 with theirs)."""
+    avatar (measured: 24% more edge detail than the decoder's frames), its head at the generated
+    motion and its mouth at the phones heard in the speech."""
     from engine.puppet import reference_image
 
     def pictures(*extra: str) -> np.ndarray:
@@ -144,7 +145,16 @@ def test_a_drawn_render_is_the_avatar_drawn_sharp_at_the_generated_motion(speech
     def motion(frames: np.ndarray) -> np.ndarray:
         return np.abs(frames.astype(np.float32) - rest)[mouth].mean(axis=(1, 2, 3))
 
-    assert np.corrcoef(motion(drawn), motion(decoded))[0, 1] > 0.7, "the mouth moves as the generated one does"
+    from engine.media.audio_io import load_audio
+    from engine.stages.redraw import HeardMouth
+
+    heard = HeardMouth.of(16000, 25).hear(load_audio(speech_wav, 16000))[:, 0]
+    n = min(len(heard), len(drawn))
+    follows_heard = np.corrcoef(motion(drawn)[:n], heard[:n])[0, 1]
+    follows_generated = np.corrcoef(motion(drawn), motion(decoded))[0, 1]
+    print(f"drawn mouth vs heard phones r {follows_heard:.2f}, vs the decoded mouth r {follows_generated:.2f}")
+    assert follows_heard > 0.8, "the mouth says the phones heard in the speech"
+    assert follows_heard > follows_generated + 0.1, "not the DiT's mouth"
 
 
 def test_a_bundled_portrait_renders_as_that_person(speech_wav: Path, tmp_path: Path,

@@ -13,8 +13,10 @@ from engine.face.rig import CLOSED_BELOW, FaceMotion, PhotoRig, photo_motion
 from engine.frames import PublishedFrame
 from engine.photo.avatar import photo_avatar
 from engine.puppet import FaceState, get_identity, reference_image, render
+from engine.puppet.mouth import MouthTracker
 from engine.puppet.rig import PuppetRig
-from engine.stages.redraw import Redraw, RedrawState, smooth_pose
+from engine.puppet.visemes import REST_OPENNESS
+from engine.stages.redraw import HeardMouth, Redraw, RedrawState, heard_mouths, smooth_pose
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -143,3 +145,52 @@ def test_drawing_read_motion_keeps_the_talking_envelope_and_the_last_pose() -> N
     assert len(images) == 6 and images[0].shape == (64, 64, 3)
     assert after.talking > 0.8 and after.last is not None and after.last.yaw == pytest.approx(0.2, abs=0.01)
     assert not np.array_equal(images[0], render(ada, FaceState(), 64)), "drawn at the read motion"
+
+
+def real_voice(seconds: float = 4.0) -> np.ndarray:
+    """A real speaker's voice (a clip of the evaluation set), 16 kHz mono float."""
+    from engine.eval.real import REAL_DIR
+    from engine.media.audio_io import load_audio
+
+    return load_audio(REAL_DIR / "retalk1.mp4", SR)[: int(seconds * SR)]
+
+
+SR, FPS = 16000, 25
+SPF = SR // FPS
+
+
+def test_a_session_that_hears_takes_its_mouth_from_the_phones_and_keeps_the_dit_head() -> None:
+    """Chunk by chunk, a hearing session's mouths are those of the phones heard in the whole voice
+    (however the chunks fall), whatever mouth the DiT read, eased so they do not chatter; its
+    head and lids stay the DiT's."""
+    voice = real_voice()
+    frames = len(voice) // SPF
+    dit = FaceState(openness=0.8, wide=0.6, closed=0.0, open=1.0, yaw=0.2, blink=0.3)
+    heard = HeardMouth.of(SR, FPS)
+    mouths: list[FaceState] = []
+    for start in range(0, frames, 4):
+        count = min(4, frames - start)
+        mouths += heard_mouths([dit] * count, heard, voice[start * SPF:(start + count) * SPF])
+    whole = HeardMouth.of(SR, FPS).hear(voice[:frames * SPF])
+    assert len(mouths) == frames == len(whole)
+    np.testing.assert_allclose([[h.openness, h.closed, h.open, h.rounded, h.wide] for h in mouths], whole, atol=1e-6)
+    assert all(h.yaw == 0.2 and h.blink == 0.3 for h in mouths), "the head and the lids stay the DiT's"
+    openness = np.array([h.openness for h in mouths])
+    assert openness.max() > 0.5 and (openness < 0.2).mean() > 0.15, "it opens on vowels and closes between"
+    raw = MouthTracker(SR, FPS, lookahead_frames=0).push(voice[:frames * SPF]).openness
+    assert np.corrcoef(openness, raw)[0, 1] > 0.9, "eased, not changed"
+
+    def chatter(x: np.ndarray) -> float:
+        return float(np.abs(np.diff(x, n=2)).mean() / np.abs(np.diff(x)).mean())
+
+    assert chatter(openness) < 1.45 < chatter(raw), (chatter(openness), chatter(raw))
+
+
+def test_a_hearing_session_rests_its_mouth_in_silence_though_the_dit_reads_it_open() -> None:
+    ada = get_identity("ada")
+    state = RedrawState(PuppetRig(ada, 64), reference_image(ada, 64), heard=HeardMouth.of(SR, FPS))
+    wide_open = [FaceState(openness=0.9, open=1.0, closed=0.0)] * 8
+    (images,), (after,) = Redraw().draw([wide_open], [state], [np.zeros(8 * SPF, np.float32)])
+    assert after.last is not None and after.last.openness == pytest.approx(REST_OPENNESS, abs=0.02)
+    (deaf,), _ = Redraw().draw([wide_open], [RedrawState(PuppetRig(ada, 64), reference_image(ada, 64))])
+    assert not np.array_equal(images[-1], deaf[-1]), "without hearing the DiT's open mouth is drawn"
