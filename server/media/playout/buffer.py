@@ -240,8 +240,13 @@ class PlayoutBuffer:
             return self._video_out(slot, due, repeated=True, inserted=False)
         self._counts.shown += 1
         self._video.last_frame = held.frame
-        self._delay.shown(w, self._released_w)
+        self._delay.shown(w, self._released_w, quiet=self._quiet(held.frame))
         return self._video_out(slot, due, repeated=False, inserted=False)
+
+    def _quiet(self, frame: PublishedFrame) -> bool:
+        """The frame's audio is silence (or there is none)."""
+        audio = frame.audio
+        return audio is None or not audio.size or float(np.abs(audio).max()) < self.config.quiet_level
 
     def _video_out(self, slot: int, due: float, repeated: bool, inserted: bool,
                    frame: PublishedFrame | None = None) -> VideoOut:

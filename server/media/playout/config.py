@@ -19,10 +19,13 @@ class PlayoutConfig:
     sample_rate: int = 16000
     audio_packet_ms: int = 20
     initial_delay: float = 0.25
-    min_delay: float = 0.1
+    # L never below this; above it, what the measured jitter needs plus a quantum decides.
+    min_delay: float = 0.04
     max_delay: float = 1.5
     raise_step: float = 0.1  # added to L after an underrun
-    decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production
+    decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production ...
+    quiet_decay_per_s: float = 0.5  # ... or this much while the frames played are silent (skipping them is not heard)
+    quiet_level: float = 0.01  # a frame whose audio peaks below this (of full scale) is silent
     steady_after_s: float = 3.0  # no miss for this long before L may shrink (doubles after each underrun)
     steady_max_s: float = 60.0  # the longest that proof of steadiness is ever asked to be
     capacity_frames: int = 150
@@ -47,8 +50,9 @@ class PlayoutConfig:
             raise ValueError(f"max_delay is below this rate's {float(self.quantum):.3f}s delay quantum")
         if self.capacity_frames < 1:
             raise ValueError("capacity_frames must be at least 1")
-        if self.raise_step < 0 or self.decay_per_s < 0 or self.steady_after_s < 0:
-            raise ValueError("raise_step, decay_per_s and steady_after_s must not be negative")
+        if min(self.raise_step, self.decay_per_s, self.quiet_decay_per_s, self.steady_after_s, self.quiet_level) < 0:
+            raise ValueError("raise_step, decay_per_s, quiet_decay_per_s, steady_after_s and quiet_level must not be "
+                             "negative")
         if self.audio_late_tolerance_s < 0 or (self.video_late_tolerance_s or 0) < 0:
             raise ValueError("late tolerances must not be negative")
         if self.resync_after_late < 1:

@@ -5,7 +5,8 @@ L takes effect at such an instant for both tracks at once. An underrun raises th
 a step and doubles how long production must then stay steady before L shrinks again, so L
 stops probing its way back down into the same underrun; it shrinks only while recent frames
 arrived early enough that a shorter L would still have been in time, and never below the L the
-latest of them needed (plus a quantum): L follows the measured production jitter down.
+latest of them needed (plus a quantum): L follows the measured production jitter down, faster
+through silence, where the frames a shrink skips are not heard.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ class DelayController:
         self.target = min(cfg.max_delay, self.target + cfg.raise_step)
         self._schedule(w, released_w)
 
-    def shown(self, w: Fraction, released_w: Fraction) -> None:
-        """A fresh frame played at w: shrink L slowly once production has been steady and had room."""
+    def shown(self, w: Fraction, released_w: Fraction, quiet: bool = False) -> None:
+        """A fresh frame played at w: shrink L once production has been steady and had room,
+        slowly while the face speaks, faster while it is ``quiet`` (silent frames skipped are
+        not heard, and an idle face moves little)."""
         cfg = self.config
         now = float(w)
         since = max(self._last_decay, self._last_miss + self._steady_s)
@@ -78,7 +81,8 @@ class DelayController:
         needed = self._needed(now)
         if needed is None:
             return
-        shrunk = max(cfg.min_delay, needed, self.target - cfg.decay_per_s * (now - since))
+        rate = cfg.quiet_decay_per_s if quiet else cfg.decay_per_s
+        shrunk = max(cfg.min_delay, needed, self.target - rate * (now - since))
         if shrunk < self.target:
             self.target = shrunk
             self._schedule(w, released_w)

@@ -316,6 +316,50 @@ async def test_delay_settles_on_the_jitter_production_has() -> None:
     await s.stop()
 
 
+def quiet(f: PublishedFrame) -> PublishedFrame:
+    return dataclasses.replace(f, audio=np.zeros_like(f.audio))
+
+
+async def delay_after(seconds: float, lateness: list[float], make=frame) -> tuple[float, int]:
+    """(L, deadline misses) after ``seconds`` of chunks of 4 frames, chunk c ready ``lateness[c %
+    len]`` after its nominal time (t0 is the first frame's arrival), with the default knobs."""
+    s = Session(PlayoutConfig(capacity_frames=400))
+    for i in range(4):
+        s.buf.put_nowait(make(i))
+
+    async def produce() -> None:
+        for c in range(1, 10_000):
+            await s.clock.sleep_until(due(s.buf, Fraction(4 * c, FPS)) + lateness[c % len(lateness)])
+            for i in range(4 * c, 4 * c + 4):
+                await s.buf.put(make(i))
+
+    producer = asyncio.create_task(produce())
+    await s.clock.run_for(seconds)
+    st = s.buf.stats()
+    producer.cancel()
+    await s.stop()
+    return st.delay, st.deadline_misses
+
+
+async def test_steady_production_plays_out_within_80_ms() -> None:
+    """Chunks each ready up to 30 ms late: L comes down from its initial 0.25 s to 80 ms (the
+    lateness seen plus a quantum, on the 40 ms grid), missing nothing."""
+    delay, misses = await delay_after(30.0, [0.0, 0.02, 0.03, 0.01, 0.0, 0.025])
+    assert misses == 0
+    assert delay == pytest.approx(0.08)
+
+
+async def test_the_delay_shrinks_faster_through_silence() -> None:
+    """Skipping silent frames is not heard: while the face is quiet L reaches what the jitter
+    needs within a second of proving steady (3 s), while speech takes it down at 0.1 s a second."""
+    jitter = [0.0, 0.01]
+    speaking, _ = await delay_after(4.0, jitter)
+    silent, misses = await delay_after(4.0, jitter, make=lambda i: quiet(frame(i)))
+    assert misses == 0
+    assert silent == pytest.approx(0.08), silent
+    assert speaking >= 0.16 - 1e-9, speaking
+
+
 async def test_preview_shows_the_first_frame_at_once_and_keeps_the_timeline() -> None:
     """With ``preview`` the video starts at t0 with the first frame, held (inserted, never a miss)
     until the timeline reaches it L later; audio and every later frame keep their due times."""
