@@ -16,6 +16,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from engine.presets import Preset
+from server.api.process import prepare_process
 from server.api.redact import install_redaction
 from server.api.uvicorn_config import server_config
 from server.config import ENV_PREFIX, GROUP_OF, SETTING_GROUPS, Settings
@@ -119,6 +120,7 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"avatar serve: {exc}", file=sys.stderr)
         return 2
+    prepare_process(settings.network)
     if settings.network.exposed:
         print(f"avatar serve: bound to {settings.network.host}, reachable beyond this machine: creating a session "
               f"needs the bearer token ({ENV_PREFIX}AUTH_TOKEN)", file=sys.stderr)
@@ -145,7 +147,8 @@ def gateway_app(settings: Settings, address: str) -> Any:
 
 def engine_plan_check(settings: Settings) -> None:
     """``ValueError`` (one line) when the parallel flags name a plan no engine can run here."""
-    from server.api.engine_setup import worker_devices, worker_options
+    from server.api.engine_setup import worker_options
+    from server.base.engine_link import worker_devices
 
     worker_devices(worker_options(settings))
 

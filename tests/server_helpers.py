@@ -30,8 +30,9 @@ from engine.service.costs import CostModel
 from engine.service.pool import WorkerPool
 from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
-from server.api.engine_adapter import Engine
+from server.api.process import prepare_process
 from server.api.uvicorn_config import server_config
+from server.base.engine_link import Engine
 from server.client import offer_media
 from server.config import Settings
 from server.node.supervisor import free_port
@@ -136,6 +137,7 @@ async def serving(app, settings: Settings) -> AsyncIterator[Running]:
     """``app`` on uvicorn in this process, on an ephemeral loopback port, until the block ends."""
     # Keep-alive longer than any test's pause between requests: uvicorn closing an idle connection
     # just as the client reuses it reads as a ReadError.
+    prepare_process(settings.network)
     config = server_config(app, settings, "warning", host="127.0.0.1", port=0, timeout_keep_alive=120)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

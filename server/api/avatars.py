@@ -18,30 +18,28 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 
 from server.api.clip_upload import receive_clip
-from server.api.limits import bearer, client_key
-from server.api.local_adapter import MAX_VIDEO_BYTES
+from server.api.limits import check_token, client_of
+from server.base.engine_link import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse
+from server.config import AccessSettings
 from server.session.personal import PersonalAvatars
 
 
-def _personal(request: Request) -> PersonalAvatars:
-    token = request.app.state.settings.auth_token
-    if token is not None and bearer(request) != token:
-        raise ApiError(401, "bad_token", "personal avatars need the server's bearer token")
-    return request.app.state.manager.personal
-
-
-def create_router() -> APIRouter:
+def create_router(access: AccessSettings) -> APIRouter:
     router = APIRouter(prefix="/v1/avatars", tags=["avatars"])
+
+    def _personal(request: Request) -> PersonalAvatars:
+        check_token(request, access.auth_token, "personal avatars need the server's bearer token")
+        return request.app.state.manager.personal
+
     errors = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 415, 429)}
 
     @router.post("", status_code=202, responses=errors)
     async def enrol(request: Request, name: str = Query(..., max_length=64)) -> JSONResponse:
         personal = _personal(request)
-        auth = request.app.state.settings.auth_token is not None
-        client = client_key(request.client.host if request.client else None, bearer(request) if auth else None)
-        with personal.upload(name, client) as upload:  # before the body: a taken name or no slot costs no transfer
+        # The slot is taken before the body: a taken name or no free slot costs no transfer.
+        with personal.upload(name, client_of(request, access.auth_token)) as upload:
             await receive_clip(request, upload.path, MAX_VIDEO_BYTES)
             job = personal.start(name, upload)
         return JSONResponse(job.as_json(), status_code=202, headers={"Location": f"/v1/avatars/{name}"})

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from server.base.errors import ApiError
+from server.config import AccessSettings
 
 WINDOW_S = 60.0
 PRUNE_AT = 1024  # clients tracked before idle ones are dropped (then twice as many as remain)
@@ -47,6 +48,17 @@ def client_key(address: str | None, token: str | None) -> str:
     return "addr:" + (address or "unknown")
 
 
+def check_token(request: Request, token: str | None, refusal: str) -> None:
+    """``401 bad_token`` (saying ``refusal``) unless the server needs no token or ``request`` bears it."""
+    if token is not None and bearer(request) != token:
+        raise ApiError(401, "bad_token", refusal)
+
+
+def client_of(request: Request, token: str | None) -> str:
+    """Whom ``request`` counts against, on a server whose token is ``token``."""
+    return client_key(request.client.host if request.client else None, bearer(request) if token is not None else None)
+
+
 @dataclass
 class _Client:
     created: deque[float] = field(default_factory=deque)  # creation times within the window
@@ -67,6 +79,11 @@ class ClientLimits:
         self._clock = clock
         self._clients: dict[str, _Client] = {}
         self._prune_at = PRUNE_AT
+
+    @classmethod
+    def of(cls, access: AccessSettings, offer_timeout_s: float) -> ClientLimits:
+        """The limits ``access`` gives each client, whose sessions wait ``offer_timeout_s`` for their offer."""
+        return cls(access.client_sessions_per_minute, access.client_max_unoffered, offer_timeout_s)
 
     def admit(self, key: str, waiting: Callable[[str], bool]) -> Refusal | None:
         """Admit one creation for ``key`` (counted from now on; :meth:`settle` it), or say why not.

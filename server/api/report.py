@@ -26,7 +26,7 @@ def node_report(app: Any, node: str, address: str) -> NodeReport:
     manager = app.state.manager
     engine = manager.engine
     capacity = min(engine.capacity(), manager.room()) if engine.available else 0
-    cap = manager.settings.max_sessions
+    cap = manager.settings.engine.max_sessions
     if cap is not None:
         capacity = max(0, min(capacity, cap - len(manager.sessions)))
     misses = app.state.metrics.registry.get_sample_value("avatar_deadline_misses_total") or 0.0

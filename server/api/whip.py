@@ -11,6 +11,8 @@ with trickled candidates, ``DELETE`` it to stop; deleting the WHIP resource ends
 
 from __future__ import annotations
 
+import secrets
+
 from aiortc import RTCSessionDescription
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -18,7 +20,7 @@ from fastapi.responses import JSONResponse
 from server.api.limits import bearer
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse, IceServer
-from server.config import Settings
+from server.config import InputLimits, NetworkSettings
 from server.media.peer import BadOffer
 from server.media.trickle import TrickleLimit, add_candidates, budget, is_restart, parse_fragment
 from server.session.manager import SessionManager
@@ -57,10 +59,10 @@ def _require_type(request: Request, expected: str) -> None:
         raise ApiError(415, "unsupported_media_type", f"expected Content-Type {expected}, got {given or 'none'}")
 
 
-async def _text_body(request: Request, settings: Settings, what: str) -> str:
+async def _text_body(request: Request, limits: InputLimits, what: str) -> str:
     body = await request.body()
-    if len(body) > settings.max_sdp_bytes:
-        raise ApiError(413, "sdp_too_large", f"{what} over {settings.max_sdp_bytes} bytes")
+    if len(body) > limits.max_sdp_bytes:
+        raise ApiError(413, "sdp_too_large", f"{what} over {limits.max_sdp_bytes} bytes")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
@@ -73,7 +75,11 @@ def _etag(resource_id: str) -> str:
 
 def _resource_pc(session: Session, kind: str, resource_id: str):
     """The peer connection behind a WHIP/WHEP resource, or 404."""
-    pc = session.ingest_pc(resource_id) if kind == "whip" else session.viewer_pc(resource_id)
+    if kind == "whip":
+        pc = session.pc if session.peer.ingest_id == resource_id else None
+    else:
+        viewer = session.outbound.viewers.get(resource_id)
+        pc = viewer.pc if viewer is not None else None
     if pc is None:
         raise ApiError(404, "unknown_resource", f"no {kind.upper()} resource {resource_id!r} in this session")
     return pc
@@ -89,14 +95,14 @@ def _not_allowed(allow: str):
     return refuse
 
 
-def create_router() -> APIRouter:
+def create_router(limits: InputLimits, network: NetworkSettings) -> APIRouter:
     """The WHIP and WHEP endpoints and resources of every session."""
     router = APIRouter(tags=["whip/whep"])
     for kind in KINDS:
         endpoint, resource = ENDPOINT.format(kind=kind), RESOURCE.format(kind=kind)
-        router.add_api_route(endpoint, _offer_handler(kind), methods=["POST"], status_code=201,
+        router.add_api_route(endpoint, _offer_handler(kind, limits, network), methods=["POST"], status_code=201,
                              response_class=Response, name=f"{kind}_offer")
-        router.add_api_route(resource, _trickle_handler(kind), methods=["PATCH"], status_code=204,
+        router.add_api_route(resource, _trickle_handler(kind, limits), methods=["PATCH"], status_code=204,
                              response_class=Response, name=f"{kind}_trickle")
         router.add_api_route(resource, _stop_handler(kind), methods=["DELETE"], response_class=Response,
                              name=f"{kind}_stop")
@@ -107,15 +113,15 @@ def create_router() -> APIRouter:
     return router
 
 
-def _offer_handler(kind: str):
+def _offer_handler(kind: str, limits: InputLimits, network: NetworkSettings):
     async def offer(session_id: str, request: Request) -> Response:
-        settings: Settings = request.app.state.settings
         session = _session(request, session_id)
         _require_type(request, SDP)
-        offer = RTCSessionDescription(sdp=await _text_body(request, settings, "SDP offer"), type="offer")
+        offer = RTCSessionDescription(sdp=await _text_body(request, limits, "SDP offer"), type="offer")
         try:
             if kind == "whip":
-                resource_id, answer = await session.accept_ingest(offer)
+                answer = await session.accept_offer(offer, ingest=True)
+                resource_id = session.peer.ingest_id = secrets.token_urlsafe(12)
             else:
                 resource_id, answer = await session.add_viewer(offer)
         except BadOffer as exc:
@@ -125,14 +131,14 @@ def _offer_handler(kind: str):
         location = RESOURCE.format(kind=kind).format(session_id=session_id, resource_id=resource_id)
         response = Response(answer.sdp, status_code=201, media_type=SDP,
                             headers={"Location": location, "ETag": _etag(resource_id)})
-        for link in ice_links(settings.ice_servers):
+        for link in ice_links(network.ice_servers):
             response.headers.append("Link", link)
         return response
 
     return offer
 
 
-def _trickle_handler(kind: str):
+def _trickle_handler(kind: str, limits: InputLimits):
     async def trickle(session_id: str, resource_id: str, request: Request) -> Response:
         """Trickle ICE (RFC 8840 fragments); an ICE restart is refused with 422."""
         pc = _resource_pc(_session(request, session_id), kind, resource_id)
@@ -140,13 +146,12 @@ def _trickle_handler(kind: str):
         match = request.headers.get("if-match")
         if match is not None and match not in ("*", _etag(resource_id)):
             raise ApiError(412, "etag_mismatch", f"If-Match {match} does not name this resource's ETag")
-        settings: Settings = request.app.state.settings
-        text = await _text_body(request, settings, "SDP fragment")
+        text = await _text_body(request, limits, "SDP fragment")
         try:
             fragment = parse_fragment(text)
             restart = match == "*" or is_restart(pc, fragment)
             if not restart:
-                budget(pc, settings.max_trickle_fragments, settings.max_trickle_candidates).spend(fragment)
+                budget(pc, limits.max_trickle_fragments, limits.max_trickle_candidates).spend(fragment)
                 await add_candidates(pc, fragment)
         except TrickleLimit as exc:
             status = 413 if exc.code == "too_many_candidates" else 429
@@ -168,7 +173,7 @@ def _stop_handler(kind: str):
         if kind == "whip":
             await request.app.state.manager.close(session_id, "ingest_ended")
         else:
-            await session.remove_viewer(resource_id)
+            await session.outbound.viewers.remove(resource_id)
         return Response(status_code=200)
 
     return stop

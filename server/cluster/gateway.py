@@ -36,7 +36,8 @@ def create_gateway(settings: Settings | None = None, loopback_ice: bool = False,
             raise RuntimeError("the gateway runs in a process that joined a Ray cluster (server.cluster.join)")
         yield
 
-    app = create_front(settings, membership, metrics, title="avatar-engine gateway", around=joined,
+    app = create_front(membership, metrics, settings.access, settings.limits, settings.timing.offer_timeout_s,
+                       title="avatar-engine gateway", around=joined,
                        description="Places avatar sessions on the nodes of a Ray cluster; signalling and control.",
                        none_serving="no avatar node serves: no Ray node offers the `avatar` resource yet")
 

@@ -72,6 +72,7 @@ class AvatarNode:
         return await asyncio.shield(self._starting)
 
     async def _serve(self) -> str:
+        from server.api.process import prepare_process
         from server.api.serving import serving_app  # the engine's imports: only where a node runs
         from server.api.uvicorn_config import server_config
         from server.node import web_process
@@ -80,10 +81,8 @@ class AvatarNode:
         ip = ray.util.get_node_ip_address()
         settings = node_settings(self._passed, os.environ, ip)
         settings.check_bind()
+        prepare_process(settings.network, ["127.0.0.1"] if self._loopback_ice else None)
         if self._loopback_ice:
-            import aioice.ice
-
-            aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
             web_process.HOST_ADDRESSES = ["127.0.0.1"]
         # The same layout as ``avatar serve``: several web processes behind the node's own front.
         app = create_node_front(settings) if settings.node.web_processes > 1 else serving_app(settings)

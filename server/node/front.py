@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 from fastapi import FastAPI
 
-from server.api.app import real_time_by_render, worker_json
+from server.api.ops import real_time_by_render, worker_json
 from server.api.report import NodeReport
 from server.config import Settings
 from server.front.app import create_front
@@ -58,7 +58,8 @@ def create_node_front(settings: Settings, log_level: str = "warning") -> FastAPI
         engine = supervisor.pool.capacity() if supervisor.pool is not None else 0
         return min(engine, sum(b.capacity for b in serving))
 
-    app = create_front(settings, members, metrics, title="avatar-engine node", around=node_running,
+    app = create_front(members, metrics, settings.access, settings.limits, settings.timing.offer_timeout_s,
+                       title="avatar-engine node", around=node_running,
                        description="One machine's web processes behind one front, sharing its engine workers.",
                        backends="web_processes", none_serving="no web process of this node serves yet",
                        render_metrics=node_metrics, capacity=node_capacity, rank=spread)

@@ -7,7 +7,7 @@ import logging
 
 import uvicorn
 
-from server.api.redact import install_redaction
+from server.api.process import prepare_process
 from server.api.serving import serving_app
 from server.api.uvicorn_config import server_config
 from server.config import Settings
@@ -19,12 +19,8 @@ HOST_ADDRESSES: list[str] | None = None
 
 def run(settings: Settings, name: str, secret: str, log_level: str, host_addresses: list[str] | None) -> None:
     """The process's body (a spawned subprocess): serve until the node stops it."""
-    install_redaction()
+    prepare_process(settings.network, host_addresses)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
-    if host_addresses is not None:
-        import aioice.ice
-
-        aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: list(host_addresses)
     app = serving_app(settings)
     app.state.gateway_secret = secret  # the front's requests: reports, and X-Forwarded-For trusted
     app.state.node_name = name
