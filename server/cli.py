@@ -147,8 +147,7 @@ def gateway_app(settings: Settings, address: str) -> Any:
 
 def engine_plan_check(settings: Settings) -> None:
     """``ValueError`` (one line) when the parallel flags name a plan no engine can run here."""
-    from server.api.engine_setup import worker_options
-    from server.base.engine_link import worker_devices
+    from server.api.engine_setup import worker_devices, worker_options
 
     worker_devices(worker_options(settings))
 

@@ -30,9 +30,9 @@ from engine.service.costs import CostModel
 from engine.service.pool import WorkerPool
 from engine.service.worker import WorkerOptions, core_from, describe
 from server.api.app import create_app
+from server.api.engine_adapter import Engine
 from server.api.process import prepare_process
 from server.api.uvicorn_config import server_config
-from server.base.engine_link import Engine
 from server.client import offer_media
 from server.config import Settings
 from server.node.supervisor import free_port

@@ -23,19 +23,21 @@ from fastapi import FastAPI
 from server.api import avatars, catalog, control_route, ops, sessions, whip
 from server.api.body_limit import BodyLimit, route_limit
 from server.api.cors import allow_origins
+from server.api.engine_adapter import Engine, encode_jpeg, sample_rate_of
 from server.api.engine_setup import engine_client
 from server.api.error_answers import answer_errors
 from server.api.forwarded import GatewayForwarded
 from server.api.io_threads import start_io_threads, stop_io_threads
 from server.api.json_errors import JsonErrors
 from server.api.limits import ClientLimits
+from server.api.local_adapter import create_backend
 from server.api.page import serve_page
 from server.api.report import node_report
-from server.base.engine_link import Engine, EngineError, encode_jpeg, sample_rate_of
+from server.base.engine_port import EngineError
 from server.base.metrics import ServerMetrics
 from server.config import Settings
 from server.session.manager import SessionManager
-from server.voice.tts import TTSBackend, create_backend
+from server.voice.tts import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ def create_app(
     app.include_router(catalog.create_router(s.session, s.access, s.limits, len(s.network.ice_servers), encode_jpeg))
     clients = ClientLimits.of(s.access, s.timing.offer_timeout_s)
     app.include_router(sessions.create_router(s.access, s.network, s.limits, clients, metrics))
-    app.include_router(control_route.create_router(metrics))
+    app.include_router(control_route.create_router(s.limits, s.timing.control_handover_s, metrics))
     serve_page(app)
     app.include_router(whip.create_router(s.limits, s.network))
     app.include_router(avatars.create_router(s.access))

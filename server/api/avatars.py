@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from server.api.clip_upload import receive_clip
 from server.api.limits import check_token, client_of
-from server.base.engine_link import MAX_VIDEO_BYTES
+from server.api.local_adapter import MAX_VIDEO_BYTES
 from server.base.errors import ApiError
 from server.base.protocol import ErrorResponse
 from server.config import AccessSettings

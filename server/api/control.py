@@ -37,7 +37,7 @@ from server.base.protocol import (
     Speak,
     client_message,
 )
-from server.config import Settings
+from server.config import InputLimits
 from server.session.events import EventQueue
 from server.session.manager import SessionManager
 from server.session.session import Session
@@ -59,8 +59,12 @@ async def serve_control(
     session_id: str,
     token: str | None,
     metrics: ServerMetrics,
+    limits: InputLimits,
+    handover_s: float,
     role: str = "control",
 ) -> None:
+    """Serve a session's control socket (or, as ``observer``, a read-only copy of its events); a
+    new control socket waits ``handover_s`` for the previous one to finish closing."""
     offered = ws.scope.get("subprotocols") or []
     await ws.accept(subprotocol=CONTROL_SUBPROTOCOL if CONTROL_SUBPROTOCOL in offered else None)
     try:
@@ -74,17 +78,17 @@ async def serve_control(
             await _refuse(ws, "control_busy", "this session has as many observers as it takes", CLOSE_BUSY)
             return
         try:
-            await ObserverConnection(ws, session, queue, MessagePace(manager.settings.control_messages_per_s)).run()
+            await ObserverConnection(ws, session, queue, MessagePace(limits.control_messages_per_s)).run()
         finally:
             session.events.unobserve(queue)
         return
     try:  # a client reconnecting right after a clean close may arrive before that socket's teardown ends
-        await asyncio.wait_for(session.control_lock.acquire(), manager.settings.control_handover_s)
+        await asyncio.wait_for(session.control_lock.acquire(), handover_s)
     except TimeoutError:
         await _refuse(ws, "control_busy", "this session already has a control socket", CLOSE_BUSY)
         return
     try:
-        await ControlConnection(ws, session, manager.settings, metrics).run()
+        await ControlConnection(ws, session, limits, metrics).run()
     finally:
         session.control_lock.release()
 
@@ -143,12 +147,12 @@ async def receive_paced(ws: WebSocket, pace: MessagePace, on_message: Callable[[
 
 
 class ControlConnection:
-    def __init__(self, ws: WebSocket, session: Session, settings: Settings, metrics: ServerMetrics) -> None:
+    def __init__(self, ws: WebSocket, session: Session, limits: InputLimits, metrics: ServerMetrics) -> None:
         self.ws = ws
         self.session = session
-        self.max_bytes = settings.max_control_bytes
-        self.max_depth = settings.max_control_depth
-        self.pace = MessagePace(settings.control_messages_per_s)
+        self.max_bytes = limits.max_control_bytes
+        self.max_depth = limits.max_control_depth
+        self.pace = MessagePace(limits.control_messages_per_s)
         self.metrics = metrics
         self._binary_rate: int | None = None  # set by an audio.append that announced a binary message
         self._binary_utterance: str | None = None

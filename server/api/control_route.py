@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query, WebSocket
 
 from server.api.control import serve_control
 from server.base.metrics import ServerMetrics
+from server.config import InputLimits
 
 
-def create_router(metrics: ServerMetrics) -> APIRouter:
+def create_router(limits: InputLimits, handover_s: float, metrics: ServerMetrics) -> APIRouter:
     router = APIRouter()
 
     @router.websocket("/v1/sessions/{session_id}/control")
@@ -20,6 +21,6 @@ def create_router(metrics: ServerMetrics) -> APIRouter:
         token: str | None = Query(None),
         role: Literal["control", "observer"] = Query("control"),
     ) -> None:
-        await serve_control(ws, ws.app.state.manager, session_id, token, metrics, role)
+        await serve_control(ws, ws.app.state.manager, session_id, token, metrics, limits, handover_s, role)
 
     return router

@@ -38,7 +38,7 @@ def create_router(access: AccessSettings, network: NetworkSettings, limits: Inpu
             ice_servers=network.ice_servers,
             mode=session.mode,
             avatar=session.avatar,
-            drawn=session.link.drawn,
+            drawn=session.drawn,
             fps=session.fps,
             sample_rate=session.sample_rate,
             width=session.width,

@@ -11,8 +11,6 @@ with trickled candidates, ``DELETE`` it to stop; deleting the WHIP resource ends
 
 from __future__ import annotations
 
-import secrets
-
 from aiortc import RTCSessionDescription
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -75,11 +73,7 @@ def _etag(resource_id: str) -> str:
 
 def _resource_pc(session: Session, kind: str, resource_id: str):
     """The peer connection behind a WHIP/WHEP resource, or 404."""
-    if kind == "whip":
-        pc = session.pc if session.peer.ingest_id == resource_id else None
-    else:
-        viewer = session.outbound.viewers.get(resource_id)
-        pc = viewer.pc if viewer is not None else None
+    pc = session.ingest_pc(resource_id) if kind == "whip" else session.viewer_pc(resource_id)
     if pc is None:
         raise ApiError(404, "unknown_resource", f"no {kind.upper()} resource {resource_id!r} in this session")
     return pc
@@ -120,8 +114,7 @@ def _offer_handler(kind: str, limits: InputLimits, network: NetworkSettings):
         offer = RTCSessionDescription(sdp=await _text_body(request, limits, "SDP offer"), type="offer")
         try:
             if kind == "whip":
-                answer = await session.accept_offer(offer, ingest=True)
-                resource_id = session.peer.ingest_id = secrets.token_urlsafe(12)
+                resource_id, answer = await session.accept_ingest(offer)
             else:
                 resource_id, answer = await session.add_viewer(offer)
         except BadOffer as exc:
@@ -173,7 +166,7 @@ def _stop_handler(kind: str):
         if kind == "whip":
             await request.app.state.manager.close(session_id, "ingest_ended")
         else:
-            await session.outbound.viewers.remove(resource_id)
+            await session.remove_viewer(resource_id)
         return Response(status_code=200)
 
     return stop
