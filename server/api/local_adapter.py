@@ -57,6 +57,10 @@ class AvatarStore:
     def __init__(self, root: str | Path | None) -> None:
         self._store = store.AvatarStore(root)
 
+    @property
+    def root(self) -> Path:
+        return self._store.root
+
     def check_name(self, name: str) -> str:
         with store_errors():
             return self._store.check_name(name)

@@ -93,6 +93,9 @@ class EnrollReport(Protocol):
 class AvatarStore(Protocol):
     """Personal avatars on disk, by name; :class:`StoreError` for a request it cannot meet."""
 
+    @property
+    def root(self) -> Path: ...  # the folder each avatar's own folder lies in
+
     def check_name(self, name: str) -> str: ...
 
     def __contains__(self, name: object) -> bool: ...

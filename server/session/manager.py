@@ -114,7 +114,7 @@ class SessionManager:
         record_dir = self.settings.record_dir if options.record else None
         session = Session(sid, options, self.settings, link, self.engine.local, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session
-        session.start_engine()
+        session.start()
         self.metrics.sessions_created.inc()
         return session
 

@@ -77,7 +77,6 @@ class Session:
                                  record_dir, local.mp4_writer)
         self.peer = PeerSlot()
         self.tasks = TaskSet(f"{session_id}:", self._task_failed)
-        self.tasks.spawn(self.inbound.voice.run(), "intake")
 
     @property
     def fps(self) -> int:
@@ -148,9 +147,12 @@ class Session:
 
     # ---- lifecycle ---------------------------------------------------------------------
 
-    def start_engine(self) -> None:
-        """Prefill silence so the engine computes the first chunk now, before the browser's offer,
-        then let the video-out pipeline take its frames for the session's life."""
+    def start(self) -> None:
+        """The session's first tasks: the agent's speech intake, and the engine, prefilled with silence
+        so that it computes the first chunk now, before the browser's offer, its frames taken by the
+        video-out pipeline for the session's life. The media's tasks start once a peer or viewer is
+        connected (:meth:`_start_media`)."""
+        self.tasks.spawn(self.inbound.voice.run(), "intake")
         self.inbound.prefill()
         self.liveness.engine_started()
         self.lifecycle.engine_started.set()

@@ -39,7 +39,7 @@ def test_a_missing_voice_activity_model_is_the_servers_error(monkeypatch) -> Non
 
 def test_the_store_refuses_with_the_servers_errors(tmp_path) -> None:
     store = AvatarStore(tmp_path)
-    assert store.list() == [] and "nobody" not in store
+    assert store.root == tmp_path and store.list() == [] and "nobody" not in store
     with pytest.raises(StoreError) as bad:
         store.check_name("../escape")
     assert bad.value.status == 400 and bad.value.reason

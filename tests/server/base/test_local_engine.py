@@ -26,13 +26,13 @@ def test_store_and_enrolment_errors_carry_a_reason_and_a_status() -> None:
     assert isinstance(timeout, EnrollError) and timeout.reason == "the enrolment took too long"
 
 
-def test_the_engines_piper_module_and_store_fit_their_ports() -> None:
+def test_the_engines_piper_module_and_store_fit_their_ports(tmp_path) -> None:
     voices = {n for n in vars(local_engine.PiperVoices) if not n.startswith("_")} | {"PIPER_INSTALL"}
     assert voices == {"PIPER_INSTALL", "available", "installed_voices", "load_voice", "synthesize"}
     assert all(hasattr(piper, name) for name in voices)
     wanted = {n for n in vars(local_engine.AvatarStore) if not n.startswith("_") or n == "__contains__"}
-    assert wanted == {"check_name", "__contains__", "save", "load", "info", "list", "remove"}
-    assert all(hasattr(store.AvatarStore, name) for name in wanted)
+    assert wanted == {"root", "check_name", "__contains__", "save", "load", "info", "list", "remove"}
+    assert all(hasattr(store.AvatarStore(tmp_path), name) for name in wanted)
 
 
 def test_the_bundle_of_makers_is_a_frozen_value() -> None:
