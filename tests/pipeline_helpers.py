@@ -1,4 +1,5 @@
-"""A fake engine at the session pipelines' ports (``server.session.ports``), for testing each alone."""
+"""A fake engine at the session pipelines' ports (``server.base.engine_port``: ``EngineInput``, ``EngineOutput``), for
+testing each alone."""
 
 from __future__ import annotations
 
