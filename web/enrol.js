@@ -3,6 +3,7 @@
 // server enrols it (POST /v1/avatars) and the page polls its progress, then shows the enrolled face
 // and adds it to the face picker, active.
 
+import { enrolledFace } from "./face.js";
 import { clipWords, plainWords } from "./words.js";
 
 const RECORD_SECONDS = 20;
@@ -56,10 +57,10 @@ export function personalAvatars({ $, api, authHeaders, token, log, onReady, reco
   }
 
   // The enrolled face as sessions will animate it, before it is used.
-  function showFace(name, caption) {
-    $("enrol-face-img").hidden = false;
-    $("enrol-face-img").onerror = () => { $("enrol-face-img").hidden = true; };  // e.g. behind a server token
-    $("enrol-face-img").src = `/v1/avatars/${encodeURIComponent(name)}/face?t=${Date.now()}`;
+  async function showFace(name, caption) {
+    const src = await enrolledFace(name, token());
+    $("enrol-face-img").hidden = !src;
+    if (src) $("enrol-face-img").src = src;
     $("enrol-face-caption").textContent = caption;
     $("enrol-face").hidden = false;
   }

@@ -7,6 +7,19 @@ import { plainWords, PHOTO_TYPES } from "./words.js";
 
 const PHOTO_MIME = ["image/jpeg", "image/png", "image/webp", "image/gif"];
 
+/** An enrolled avatar's face (``GET /v1/avatars/{name}/face``) as a URL an <img> can show, or null.
+ * An <img> cannot send the token a server may ask for, so the picture is fetched with it and shown
+ * from memory. */
+export async function enrolledFace(name, token) {
+  try {
+    const res = await fetch(`/v1/avatars/${encodeURIComponent(name)}/face`,
+      { headers: token ? { Authorization: `Bearer ${token}` } : {}, cache: "no-store" });
+    return res.ok ? URL.createObjectURL(await res.blob()) : null;
+  } catch {
+    return null;
+  }
+}
+
 export class FacePicker {
   constructor({ $, api, token, log, onChange }) {
     this.$ = $;
@@ -65,9 +78,8 @@ export class FacePicker {
   }
 
   personalCard(name) {
-    const card = this.card("personal", name, name, "your avatar", `/v1/avatars/${encodeURIComponent(name)}/face`);
-    card.querySelector("img").onerror = (ev) => ev.target.replaceWith(
-      Object.assign(document.createElement("span"), { className: "thumb", textContent: name.slice(0, 1).toUpperCase() }));
+    const card = this.card("personal", name, name, "your avatar");
+    this.loadFace(name, card);
     const remove = Object.assign(document.createElement("button"), {
       type: "button", className: "remove", textContent: "×", title: `Delete the avatar “${name}”`,
     });
@@ -75,6 +87,15 @@ export class FacePicker {
     remove.onclick = () => this.deletePersonal(name);
     card.append(remove);
     return card;
+  }
+
+  /** An enrolled avatar's face as its card's picture; the letter stays if it cannot be had. */
+  async loadFace(name, card) {
+    const src = await enrolledFace(name, this.token());
+    if (!src) return;
+    const image = Object.assign(document.createElement("img"), { src, alt: "", className: "thumb" });
+    card.querySelector(".thumb")?.replaceWith(image);
+    if (card.classList.contains("active")) this.$("video").poster = src;
   }
 
   /** Make one face active: its card marked, the others not, and the page told. */

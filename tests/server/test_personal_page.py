@@ -52,7 +52,7 @@ async def _talk_as(page, srv, name: str, shot) -> None:
     assert await page.evaluate(ACTIVE) == [{"kind": "personal", "name": name}]
     # The enrolled face, as its sessions animate it, is shown before it is used (and on its card).
     for img in ("#enrol-face-img", f".face.personal[data-name='{name}'] img"):
-        await page.wait_for_function(f"document.querySelector(\"{img}\").naturalWidth === 512", timeout=10_000)
+        await page.wait_for_function(f"document.querySelector(\"{img}\")?.naturalWidth === 512", timeout=10_000)
     assert await page.is_visible("#enrol-face-img")
     await page.screenshot(path=str(shot), full_page=True)
     await page.click("#start")
@@ -65,11 +65,14 @@ async def _talk_as(page, srv, name: str, shot) -> None:
 
 
 async def test_a_clip_uploaded_from_the_page_becomes_the_avatar(tmp_path, speaker):
+    """On a server that asks for a token (typed into the page): every call, the enrolled face's
+    picture on its card included, carries it."""
     clip = tmp_path / "me.mp4"
     write_footage(clip, speaker, jaw_track(11.0))
-    settings = make_settings(max_sessions=1, avatar_store=str(tmp_path / "store"))
+    settings = make_settings(max_sessions=1, avatar_store=str(tmp_path / "store"), auth_token="s3cret")
     async with running_server(settings) as srv, chromium(tmp_path) as (_, page):
         await page.goto(f"{srv.url}/?mode=mirror")
+        await page.fill("#token", "s3cret")
         await page.click("#enrol summary")
         await page.fill("#enrol-name", "me")
         await page.set_input_files("#enrol-file", str(clip))
