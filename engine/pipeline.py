@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from engine.batch import BatchKey, BatchResult, Render, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
+from engine.hooks import Hooks
 from engine.models import WEIGHTS_DIR, ModelSet, compute_dtype
 from engine.modules.dit import KVBlock
 from engine.modules.super_resolution import pool_latents
@@ -128,6 +129,8 @@ class Pipeline(ConfiguredEngine):
         self._redraw: Redraw | None = None  # made at the first redrawn session's first frames
         # Reads redrawn sessions' motion from their latents (no decoding); None: from decoded frames.
         self.latent_reader: LatentMotionReader | None = None
+        # What other parts (offload, a bench) do as a session opens and around each stage's call.
+        self.hooks = Hooks()
 
     @classmethod
     def from_config(
@@ -212,7 +215,13 @@ class Pipeline(ConfiguredEngine):
         pipe._bundled = self._bundled  # same models, same reference encodings
         pipe.latent_reader = self.latent_reader
         pipe.heard_mouth = self.heard_mouth
+        pipe.hooks = self.hooks.copy()
         return pipe
+
+    def forget_references(self) -> None:
+        """Drop the bundled avatars' reference encodings (for this pipeline and its siblings): the
+        next session of each encodes its reference again, e.g. once the DiT's blocks moved."""
+        self._bundled.clear()
 
     def reference(self, image: np.ndarray) -> ReferenceConditioning:
         """Encode the avatar's reference image once per session."""
@@ -239,7 +248,7 @@ class Pipeline(ConfiguredEngine):
         with torch.inference_mode():
             hr = self.models.encoder(video, image_to_tensor(image, *self.frame_size).to(self.device))[0][0]
             lr = pool_latents(hr, self.config.dit.lr_factor)
-            via_sr = self.sr(SRInput(lr[None], ref.hr_latent, (0,))).latents[0]
+            via_sr = self.hooks.run("sr", self.sr, SRInput(lr[None], ref.hr_latent, (0,))).latents[0]
             direct, pooled = (decoder.step(z[None], decoder.init_cache(ref.decoder))[0][0] for z in (hr, via_sr))
         return to_uint8(direct), to_uint8(pooled)
 
@@ -253,6 +262,11 @@ class Pipeline(ConfiguredEngine):
         drawn by its renderer at the generated face's motion instead of decoded (sharp; the
         same stage). ``avatar`` may also be an ``Identity`` the DiT has not seen (the held-out
         ones ``avatar eval`` scores); ``reference``: a stylised portrait the DiT draws from alone."""
+        with self.hooks.opening():
+            return self._open_session(avatar, image, seed, photo, reference, drawn)
+
+    def _open_session(self, avatar: str | Identity | None, image: np.ndarray | None, seed: int,
+                      photo: PhotoAvatar | None, reference: np.ndarray | None, drawn: bool) -> StreamSession:
         from engine.avatars import DEFAULT_AVATAR, avatar_image
 
         if reference is not None:
@@ -311,13 +325,13 @@ class Pipeline(ConfiguredEngine):
 
         Every session must have the same ``batch_key()``; sessions with nothing to run
         (key None) get no frames."""
-        work = [s._work() for s in sessions]  # one read of each session's quality
+        work = [s.next_work() for s in sessions]  # one read of each session's quality
         key = shared_key(sessions, [w.key if w is not None else None for w in work], self.batch_engine)
         timings: dict[str, float] = {}
         if key is None:
             frames: list[list[PublishedFrame]] = [[] for _ in sessions]
         elif key.kind == "tail":
-            frames = [s._finish(timings) for s in sessions]
+            frames = [s.publish_tail(timings) for s in sessions]
         else:
             frames = self._run_chunk(sessions, [w.plan for w in work], [w.schedule for w in work], key, timings)
         for s in sessions:
@@ -329,10 +343,10 @@ class Pipeline(ConfiguredEngine):
                    timings: dict[str, float]) -> list[list[PublishedFrame]]:
         self._generate(sessions, plans, key, timings)
         for s, plan, schedule in zip(sessions, plans, schedules, strict=True):
-            s._advance(plan, schedule)
-        frames = self._publish(sessions, [p.publish for p in plans], timings)
+            s.advance(plan, schedule)
+        frames = self.publish(sessions, [p.publish for p in plans], timings)
         for s, plan in zip(sessions, plans, strict=True):
-            s._release()
+            s.release_spent()
             s.last_chunk = plan.name
         return frames
 
@@ -356,17 +370,18 @@ class Pipeline(ConfiguredEngine):
                                                for s, d in zip(sessions, shifts, strict=True)])
             anchors = None
             if layout.kind == "I":
-                anchors = torch.stack([s._anchors(p) for s, p in zip(sessions, plans, strict=True)])
+                anchors = torch.stack([s.anchor_latents(p) for s, p in zip(sessions, plans, strict=True)])
             reference = KVBlock.stack([s.state.reference.kv for s in sessions])
-            out = self.a2v(A2VInput(layout, ChunkContext.stack(contexts), reference, history, anchors, key.steps))
+            out = self.hooks.run("a2v", self.a2v, A2VInput(layout, ChunkContext.stack(contexts), reference, history,
+                                                            anchors, key.steps))
         histories = out.history.split() if out.history is not None else [None] * len(sessions)
         for s, plan, d, latents, hist in zip(sessions, plans, shifts, out.latents, histories, strict=True):
             if hist is not None:
                 s.state.history = hist.shifted(d)
-            s._keep(plan, latents)
+            s.keep_latents(plan, latents)
 
-    def _publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
-                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+    def publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                timings: dict[str, float]) -> list[list[PublishedFrame]]:
         """Latents ``spans`` (as many for every session) made frames: redrawn sessions straight from
         their latents where the engine has a latent reader, the others through SR and the decoder,
         each group in one batch."""
@@ -404,12 +419,12 @@ class Pipeline(ConfiguredEngine):
             lr = torch.stack([st.latents.get(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)])
             refs = torch.cat([st.reference.hr_latent for st in states])
             seeds = tuple(s.seed * 7919 + lo for s, (lo, _) in zip(sessions, spans, strict=True))
-            hr = self.sr(SRInput(lr, refs, seeds)).latents
+            hr = self.hooks.run("sr", self.sr, SRInput(lr, refs, seeds)).latents
         with _timed(timings, "decode"):
-            out = self.decode(DecodeInput(
+            out = self.hooks.run("decode", self.decode, DecodeInput(
                 hr, tuple(lo for lo, _ in spans), DecoderCache.stack([st.decoder for st in states]),
                 tuple(self._audio(s, lo, hi) for s, (lo, hi) in zip(sessions, spans, strict=True)),
-                tuple(s._frame_limit() for s in sessions),
+                tuple(s.frame_limit() for s in sessions),
                 tuple(st.latents.origins(lo, hi) for st, (lo, hi) in zip(states, spans, strict=True)),
                 tuple(st.last_frame for st in states)))
             caches = out.cache.split([st.reference.decoder for st in states])
@@ -445,7 +460,7 @@ class Pipeline(ConfiguredEngine):
             stage = self._redraw_stage()
             shown, slots = [], []
             for s, (lo, hi) in zip(sessions, spans, strict=True):
-                frames = published_frames(lo, hi - lo, s._frame_limit(), td)
+                frames = published_frames(lo, hi - lo, s.frame_limit(), td)
                 shown.append(frames)
                 slots.append([(g - lo) * td + n - latent_frames(g, td)[0]
                               for n in frames for g in (frame_latent(n, td),)])
@@ -464,7 +479,7 @@ class Pipeline(ConfiguredEngine):
 
 
 @dataclass(frozen=True)
-class _Work:
+class ChunkWork:
     """A session's next unit of work, read once: the schedule it follows once the chunk ran
     (the quality's interp setting), and ``plan`` None for the end-of-stream publish."""
 
@@ -523,7 +538,7 @@ class StreamSession(AudioFed):
         self._quality = quality
 
     # --- what runs next -----------------------------------------------------------------
-    def _work(self) -> _Work | None:
+    def next_work(self) -> ChunkWork | None:
         """The next chunk under the current quality, or None when nothing can run now."""
         if self.finished:
             return None
@@ -535,7 +550,7 @@ class StreamSession(AudioFed):
         else:
             total = self._total_n_chunks()
             if total is not None and c.next_n >= total:
-                return _Work(BatchKey("tail", 0, False, self.pipe.batch_engine, owner=id(self)), None, schedule)
+                return ChunkWork(BatchKey("tail", 0, False, self.pipe.batch_engine, owner=id(self)), None, schedule)
             schedule = schedule.switched(quality.interp, c.next_n)
             plan = schedule.n_chunk(c.next_n)
             needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
@@ -550,12 +565,12 @@ class StreamSession(AudioFed):
         key = BatchKey(plan.kind, steps, guided, self.pipe.batch_engine, plan.span[1] - s0,
                        (plan.generate[0] - s0, plan.generate[1] - s0), history, hi - lo, lo == 0 and hi > lo,
                        schedule.config.interp, render=self.render)
-        return _Work(key, plan, schedule)
+        return ChunkWork(key, plan, schedule)
 
     def batch_key(self) -> BatchKey | None:
         """What this session's next chunk shares with others it can run in one batch with;
         None when nothing can run now (``ready()`` is False)."""
-        work = self._work()
+        work = self.next_work()
         return work.key if work is not None else None
 
     @property
@@ -563,14 +578,17 @@ class StreamSession(AudioFed):
         return self.state.counters.chunks
 
     def ready(self) -> bool:
-        return self._work() is not None
+        return self.next_work() is not None
 
     # --- one scheduled unit of work ---------------------------------------------------
+    # ``Pipeline.step_batch`` runs a chunk over its sessions through the methods below: the
+    # session reads its next work, gives its anchors, keeps what was generated, moves past the
+    # chunk and releases what no later chunk needs; the pipeline publishes.
     def step(self) -> list[PublishedFrame]:
         """Run the next chunk if it can run; returns the frames that became final."""
         return self.pipe.step_batch([self]).frames[0]
 
-    def _anchors(self, plan: ChunkPlan) -> torch.Tensor:
+    def anchor_latents(self, plan: ChunkPlan) -> torch.Tensor:
         """An I chunk's span with its clean anchor latents (from the N chunks) in place."""
         (l0, l1), (r0, r1) = plan.anchors
         held = self.state.latents
@@ -579,13 +597,14 @@ class StreamSession(AudioFed):
         anchors[r0 - plan.span[0]:] = held.get(r0, r1)
         return anchors
 
-    def _keep(self, plan: ChunkPlan, latents: torch.Tensor) -> None:
+    def keep_latents(self, plan: ChunkPlan, latents: torch.Tensor) -> None:
+        """Hold the latents ``plan`` generated, for its publish and the chunks that anchor on them."""
         g0 = plan.generate[0]
         if self.state.latents is None:
             self.state.latents = LatentWindow(g0, latents[:0], ())
         self.state.latents = self.state.latents.put(g0, latents, plan.name)
 
-    def _advance(self, plan: ChunkPlan, schedule: ChunkSchedule) -> None:
+    def advance(self, plan: ChunkPlan, schedule: ChunkSchedule) -> None:
         """Past ``plan``: an N chunk fixes the schedule it ran on and may owe the seam before it."""
         c = self.state.counters
         c.chunks += 1
@@ -597,16 +616,16 @@ class StreamSession(AudioFed):
         else:
             c.pending_i = None
 
-    def _finish(self, timings: dict[str, float]) -> list[PublishedFrame]:
+    def publish_tail(self, timings: dict[str, float]) -> list[PublishedFrame]:
         """The end of the stream: publish what the last chunks left."""
         c = self.state.counters
         span = self.schedule.tail(c.next_n - 1) if c.next_n else (0, 0)
-        frames = self.pipe._publish([self], [span], timings)[0]
+        frames = self.pipe.publish([self], [span], timings)[0]
         self.finished = True
         self.state.latents = None
         return frames
 
-    def _release(self) -> None:
+    def release_spent(self) -> None:
         """Drop latents and audio that no later chunk or publish can need."""
         c, schedule = self.state.counters, self.schedule
         keep_latent = c.published

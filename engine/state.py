@@ -155,7 +155,7 @@ class AudioFed:
         interrupt: the face stops speaking where the voice was cut). Thread-safe."""
         return self.audio.silence_from(sample)
 
-    def _frame_limit(self) -> int | None:
+    def frame_limit(self) -> int | None:
         """Frames the stream has in all, once the input is closed (a partial last frame counts)."""
         return -(-self.audio.total // self._spf) if self.audio.closed else None
 

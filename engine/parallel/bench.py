@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import resource
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.bench import BenchResult, format_result, run_bench
+from engine.hooks import PipelineHook
 from engine.parallel.build import build_pipeline
+from engine.parallel.offload import Offloader
 from engine.parallel.pipeline_stages import block_seconds, stage_boundaries
 from engine.parallel.plan import ParallelPlan
 from engine.pipeline import Pipeline
@@ -37,29 +38,20 @@ class ParallelFigures:
     note: str = ""
 
 
-class Outputs:
-    """Wraps a pipeline's A2V and decode stages to keep what they produce, in call order."""
+class Outputs(PipelineHook):
+    """Keeps what a pipeline's A2V and decode stages produce, in call order."""
 
     def __init__(self, pipe: object) -> None:
         local = getattr(pipe, "local", pipe)
         self.latents: list[torch.Tensor] = []
         self.frames: list[torch.Tensor] = []
-        local.a2v = _Keep(local.a2v, lambda out: self.latents.append(out.latents.clone()))
-        local.decode = _Keep(local.decode, lambda out: self.frames.extend(
-            torch.from_numpy(f.rgb.astype("int16")) for row in out.frames for f in row))
+        local.hooks.add(self)
 
-
-class _Keep:
-    def __init__(self, stage: object, keep: Callable[[object], None]) -> None:
-        self.stage, self.keep = stage, keep
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.stage, name)
-
-    def __call__(self, inp: object) -> object:
-        out = self.stage(inp)
-        self.keep(out)
-        return out
+    def made(self, name: str, out: object) -> None:
+        if name == "a2v":
+            self.latents.append(out.latents.clone())
+        elif name == "decode":
+            self.frames.extend(torch.from_numpy(f.rgb.astype("int16")) for row in out.frames for f in row)
 
 
 def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -97,7 +89,7 @@ def run_parallel_bench(plan: ParallelPlan, build: dict, device: str, seconds: fl
     try:
         if plan.pipeline > 1:
             figures.stage_boundaries = pipe.call(stage_boundaries)[0]
-        offload = getattr(pipe, "offload", None)
+        offload = Offloader.of(pipe)
         if offload is not None:
             offload.measure = True
         outputs = Outputs(pipe)

@@ -39,20 +39,20 @@ class DisaggregatedPipeline(Pipeline):
         self._published: weakref.WeakSet[StreamSession] = weakref.WeakSet()
         self._in_place = False
 
-    def _sibling(self, config: EngineConfig) -> DisaggregatedPipeline:
+    def _sibling(self, config: EngineConfig, steps: int | None = None) -> DisaggregatedPipeline:
         """A preset's pipeline over the same models decodes on the same thread, in one order."""
-        pipe = super()._sibling(config)
+        pipe = super()._sibling(config, steps)
         if self.decoder_device is not None:
             pipe.decoder_device, pipe._decoder = self.decoder_device, self._decoder
             pipe._pending, pipe._published, pipe._in_place = self._pending, self._published, False
         return pipe
 
-    def _publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
-                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+    def publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                timings: dict[str, float]) -> list[list[PublishedFrame]]:
         if self._in_place or self.decoder_device is None:
-            return super()._publish(sessions, spans, timings)
+            return super().publish(sessions, spans, timings)
         job_timings: dict[str, float] = {}
-        job: Future = self._decoder.submit(super()._publish, sessions, spans, job_timings)
+        job: Future = self._decoder.submit(super().publish, sessions, spans, job_timings)
         for row, s in enumerate(sessions):
             self._pending.setdefault(s, deque()).append((job, row, job_timings))
         return [[] for _ in sessions]

@@ -98,14 +98,14 @@ class FollowerPipeline(Pipeline):
     """A rank other than 0: the same schedule and DiT work, no frames. Publishing only moves
     the counters, as rank 0's does, so both ranks take the same next chunk."""
 
-    def _publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
-                 timings: dict[str, float]) -> list[list[PublishedFrame]]:
+    def publish(self, sessions: Sequence[StreamSession], spans: list[tuple[int, int]],
+                timings: dict[str, float]) -> list[list[PublishedFrame]]:
         td = self.config.vae.temporal_down
         for s, (lo, hi) in zip(sessions, spans, strict=True):
             if hi <= lo:
                 continue
             start, end = frame_span(lo, hi - lo, td)
-            limit = s._frame_limit()
+            limit = s.frame_limit()
             s.state.counters.published = hi
             s.state.counters.frames += max(0, (end if limit is None else min(end, limit)) - start)
         return [[] for _ in sessions]

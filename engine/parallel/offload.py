@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 from torch import nn
 
+from engine.hooks import PipelineHook
 from engine.pipeline import Pipeline
-from engine.stages.audio_to_video import A2VInput
 
 Tensors = list[tuple[nn.Module, str, bool]]  # (owner, attribute, is a parameter)
 
@@ -144,85 +144,74 @@ class Offloader:
             return f"block{block + 1}"
         return self.then if self.forwards_left == 1 else "block0"
 
-    def _block_pre(self, block: int) -> None:
+    def before_block(self, block: int) -> None:
+        """DiT block ``block`` is about to run (its forward pre-hook): resident, its successor fetched."""
         self.ensure(f"block{block}")
         self.fetch(self._after(block))
 
-    def _block_post(self, block: int) -> None:
+    def after_block(self, block: int) -> None:
+        """DiT block ``block`` has run (its forward hook): released, one forward fewer to go after the last."""
         self.release(f"block{block}")
         if block + 1 == self.depth and self.forwards_left:
             self.forwards_left -= 1
 
     @classmethod
     def install(cls, pipe: Pipeline) -> Offloader:
-        """Offload ``pipe``'s units and wire the schedule into its DiT and stages (in place)."""
+        """Offload ``pipe``'s units and hook the schedule into its DiT blocks and its pipeline (and
+        the sibling pipelines it makes: quality presets over the same models)."""
         models = pipe.models
         units: dict[str, nn.Module] = {f"block{i}": b for i, b in enumerate(models.dit.blocks)}
         units.update(sr=models.sr, decoder=models.decoder, encoder=models.encoder)
         off = cls(units, models.dit.device)
         for i, block in enumerate(models.dit.blocks):
-            block.register_forward_pre_hook(lambda _m, _a, i=i: off._block_pre(i))
-            block.register_forward_hook(lambda _m, _a, _o, i=i: off._block_post(i))
-        off.wire(pipe)
+            block.register_forward_pre_hook(lambda _m, _a, i=i: off.before_block(i))
+            block.register_forward_hook(lambda _m, _a, _o, i=i: off.after_block(i))
+        pipe.hooks.add(OffloadHook(off))
         return off
 
-    def wire(self, pipe: Pipeline) -> None:
-        """Route ``pipe``'s stages, session openings and sibling pipelines (quality presets over
-        the same models) through this offloader."""
-        pipe.a2v = _Chunk(pipe.a2v, self)
-        pipe.sr = _Resident(pipe.sr, self, "sr", after="decoder")
-        pipe.decode = _Resident(pipe.decode, self, "decoder", after="block0")
-        open_session, sibling = pipe.open_session, pipe._sibling
-
-        def opening(*args: object, **kwargs: object) -> object:
-            with self.holding("encoder", "decoder"):  # the reference encoders and the decoder's cache
-                return open_session(*args, **kwargs)
-
-        def wired_sibling(config: object) -> Pipeline:
-            other = sibling(config)
-            self.wire(other)
-            return other
-
-        pipe.open_session, pipe._sibling = opening, wired_sibling
-        pipe.offload = self
+    @staticmethod
+    def of(pipe: object) -> Offloader | None:
+        """The offloader hooked into ``pipe``, if any."""
+        hooks = getattr(pipe, "hooks", None)
+        hook = hooks.find(OffloadHook) if hooks is not None else None
+        return hook.off if hook is not None else None
 
 
-class _Resident:
-    """A stage whose one module is resident only while it runs, the next unit fetched meanwhile."""
-
-    def __init__(self, stage: object, off: Offloader, unit: str, after: str) -> None:
-        self.stage, self.off, self.unit, self.after = stage, off, unit, after
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.stage, name)
-
-    def __call__(self, inp: object) -> object:
-        self.off.ensure(self.unit)
-        self.off.fetch(self.after)
-        try:
-            return self.stage(inp)
-        finally:
-            self.off.release(self.unit)
+# What each stage needs resident while it runs, and the unit fetched meanwhile.
+_RESIDENT = {"sr": ("sr", "decoder"), "decode": ("decoder", "block0")}
 
 
-class _Chunk:
-    """The AudioToVideo stage, telling the offloader how many DiT forwards the chunk makes
-    (its sampling steps, and the pass that fills the history after an N chunk) and whether it
+class OffloadHook(PipelineHook):
+    """The offloader's hold on a pipeline: the reference encoders and the decoder resident while
+    a session opens; SR and the decoder resident while their stage runs, the next unit fetched
+    meanwhile; and the A2V stage telling the offloader how many DiT forwards its chunk makes (its
+    sampling steps, and the pass that fills the history after an N chunk) and whether it
     publishes, so that SR (or else the next chunk's first block) is fetched during the last."""
 
-    def __init__(self, stage: object, off: Offloader) -> None:
-        self.stage, self.off = stage, off
+    def __init__(self, off: Offloader) -> None:
+        self.off = off
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.stage, name)
+    def opening(self) -> AbstractContextManager[None]:
+        return self.off.holding("encoder", "decoder")
 
-    def __call__(self, inp: A2VInput) -> object:
-        stage, kind = self.stage, inp.plan.kind
-        steps = inp.steps or (stage.steps if kind == "N" else min(stage.steps, stage.config.interp_steps))
-        self.off.forwards_left = steps + (kind == "N")
-        lo, hi = inp.plan.publish
-        self.off.then = "sr" if hi > lo else "block0"
+    @contextmanager
+    def around(self, name: str, stage: object, inp: object) -> Iterator[None]:
+        off = self.off
+        if name == "a2v":
+            kind = inp.plan.kind
+            steps = inp.steps or (stage.steps if kind == "N" else min(stage.steps, stage.config.interp_steps))
+            off.forwards_left = steps + (kind == "N")
+            lo, hi = inp.plan.publish
+            off.then = "sr" if hi > lo else "block0"
+            try:
+                yield
+            finally:
+                off.forwards_left = None
+            return
+        unit, after = _RESIDENT[name]
+        off.ensure(unit)
+        off.fetch(after)
         try:
-            return stage(inp)
+            yield
         finally:
-            self.off.forwards_left = None
+            off.release(unit)

@@ -185,7 +185,7 @@ def rebalance(context: object) -> tuple[int, ...]:
     boundaries = balance(times, trunk.world)
     trunk.assign(dit, boundaries)
     trunk.clock.reset()
-    context.pipe._bundled.clear()  # bundled avatars' reference K/V, encoded on the old split
+    context.pipe.forget_references()  # bundled avatars' reference K/V, encoded on the old split
     return boundaries
 
 

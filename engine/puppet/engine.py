@@ -118,7 +118,7 @@ class PuppetPipeline(ConfiguredEngine):
         frames: list[list[PublishedFrame]] = []
         timings: dict[str, float] = {}
         for s in sessions:
-            frames.append(s._step())
+            frames.append(s.draw_next())
             for stage, secs in s.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + secs
         return BatchResult(frames, timings)
@@ -163,14 +163,14 @@ class PuppetSession(AudioFed):
     def ready(self) -> bool:
         if self.finished:
             return False
-        limit = self._frame_limit()
+        limit = self.frame_limit()
         return limit is not None or self._next_count(limit) > 0
 
     def batch_key(self) -> BatchKey | None:
         """Chunks of ``chunk_frames`` frames share a key; the stream's last one is its own."""
         if not self.ready():
             return None
-        limit = self._frame_limit()
+        limit = self.frame_limit()
         count = self._next_count(limit)
         if limit is not None and self.published + count >= limit:
             return BatchKey("tail", 0, False, self.pipe.batch_engine, publish=count, owner=id(self),
@@ -181,11 +181,11 @@ class PuppetSession(AudioFed):
         """Draw the next chunk if its audio is in; returns its frames (none if it is not)."""
         return self.pipe.step_batch([self]).frames[0]
 
-    def _step(self) -> list[PublishedFrame]:
+    def draw_next(self) -> list[PublishedFrame]:
         if self.finished:
             return []
         self.timings = {}
-        limit = self._frame_limit()
+        limit = self.frame_limit()
         count = self._next_count(limit)
         frames = self._publish(count, last=limit is not None and self.published + count >= limit) if count else []
         if limit is not None and self.published >= limit:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.avatars import avatar_image, avatar_names
 from engine.frames import drain
+from engine.hooks import PipelineHook
 from engine.modules.super_resolution import pool_latents
 from engine.modules.vae import latent_frames
 from engine.photo.latent_reader import CONTEXT, LATENT_READER_PATH, LatentMotionReader, load_latent_reader, stack_inputs
@@ -32,7 +34,7 @@ from engine.photo.reader import OUTPUTS, load_reader, paired_crops, reference_cr
 from engine.pipeline import Pipeline
 from engine.presets import Preset
 from engine.puppet import Identity, reference_image
-from engine.stages.super_resolution import SRInput, SROutput
+from engine.stages.super_resolution import SRInput
 from engine.train.frame_readers import HELD_OUT_SEED, on_one_thread, save_weights
 from engine.train.speech import VOICES, utterance
 
@@ -58,30 +60,29 @@ class ReaderExamples:
         return ReaderExamples(t["inputs"], t["target"], t["mask"])
 
 
-class _Recording:
-    """A super-resolution stage that keeps every low-res latent it is given, in order."""
+class _Recording(PipelineHook):
+    """Keeps every low-res latent super-resolution is given, in order."""
 
-    def __init__(self, stage) -> None:
-        self.stage = stage
+    def __init__(self) -> None:
         self.latents: list[torch.Tensor] = []
 
-    def __call__(self, inp: SRInput) -> SROutput:
-        self.latents.append(inp.latents[0].clone())
-        return self.stage(inp)
+    def around(self, name: str, stage: object, inp: SRInput) -> AbstractContextManager[None]:
+        if name == "sr":
+            self.latents.append(inp.latents[0].clone())
+        return nullcontext()
 
 
 def clip_set(pipe: Pipeline, avatar: str | Identity, pcm: np.ndarray, seed: int) -> ReaderExamples:
     """One utterance spoken as ``avatar`` (bundled, or an identity the DiT may not have seen): its
     latents and the pixel reader's reading of its frames."""
-    recording = _Recording(pipe.sr)
-    pipe.sr = recording
+    recording = pipe.hooks.add(_Recording())
     try:
         session = pipe.open_session(avatar, seed=seed)
         session.feed(pcm)
         session.close_input()
         frames = list(drain(session))
     finally:
-        pipe.sr = recording.stage
+        pipe.hooks.remove(recording)
     latents = torch.cat(recording.latents).float()
     teacher = load_reader()
     driver = avatar_image(avatar, pipe.frame_size) if isinstance(avatar, str) else reference_image(

@@ -216,14 +216,14 @@ def run_recording(pipe: Pipeline, pcm: np.ndarray, seed: int, inputs: list | Non
     session.feed(pcm)
     session.close_input()
     box: list = []
-    release = session._release
+    release = session.release_spent
 
     def spy() -> None:
         w = session.state.latents
         box.append((w.start, w.data.clone(), w.origin))
         release()
 
-    session._release = spy
+    session.release_spent = spy
     records, frames = [], []
     try:
         while not session.finished:

@@ -55,12 +55,12 @@ def replay(log: list[tuple[str, str]]) -> int:
 @pytest.fixture
 def offloaded(micro_weights: Path) -> Pipeline:
     pipe = build_pipeline(ParallelPlan(offload=True), name="micro", weights=str(micro_weights), interp=False)
-    assert isinstance(pipe.offload, Offloader)
+    assert isinstance(Offloader.of(pipe), Offloader)
     return pipe
 
 
 def test_each_chunk_prefetches_in_execution_order_and_releases_what_ran(offloaded: Pipeline) -> None:
-    off = offloaded.offload
+    off = Offloader.of(offloaded)
     depth = len(offloaded.models.dit.blocks)
     session = offloaded.open_session(avatar="ada", seed=1)
     opened = list(off.log)
@@ -95,7 +95,7 @@ def test_copies_on_a_cpu_are_no_ops_and_the_output_is_the_plain_pipeline(
 
 def test_interp_chunks_fetch_sr_on_their_last_forward(micro_weights: Path) -> None:
     pipe = build_pipeline(ParallelPlan(offload=True), name="micro", weights=str(micro_weights))
-    off, depth = pipe.offload, len(pipe.models.dit.blocks)
+    off, depth = Offloader.of(pipe), len(pipe.models.dit.blocks)
     session = pipe.open_session(avatar="ben")
     session.feed(speech_like(3.0, 16000))
     opened, seen = len(off.log), set()
@@ -113,12 +113,12 @@ def test_interp_chunks_fetch_sr_on_their_last_forward(micro_weights: Path) -> No
 def test_quality_presets_share_the_offloader(offloaded: Pipeline) -> None:
     """A preset's pipeline (the engine worker runs sessions on them) keeps to the same schedule."""
     fast = offloaded.preset("fast").preset("quality")
-    assert fast is not offloaded and fast.offload is offloaded.offload
-    start = len(offloaded.offload.log)
+    assert fast is not offloaded and Offloader.of(fast) is Offloader.of(offloaded)
+    start = len(Offloader.of(offloaded).log)
     session = fast.open_session(avatar="cleo")
     session.feed(speech_like(1.0, 16000))
     session.close_input()
     while not session.finished:
         session.step()
-    ran = [unit for what, unit in offloaded.offload.log[start:] if what == "run"]
+    ran = [unit for what, unit in Offloader.of(offloaded).log[start:] if what == "run"]
     assert {"encoder", "sr", "decoder", "block0", "block1"} <= set(ran)
