@@ -139,17 +139,18 @@ class EngineStream:
 
     # ---- from the worker link ----------------------------------------------------------
 
-    def _frames(self, refs: tuple[FrameRef, ...]) -> None:
+    def frames_ready(self, refs: tuple[FrameRef, ...]) -> None:
+        """Frames the worker published, in order."""
         for ref in refs:
             self._refs.put_nowait(ref)
 
-    def _quality(self, event: QualityEvent) -> None:
+    def quality_changed(self, event: QualityEvent) -> None:
         self.quality_level, self.quality_name = event.level, event.name
         if self.quality_events.full():
             self.quality_events.get_nowait()
         self.quality_events.put_nowait(event)
 
-    def _fail(self, error: EngineError) -> None:
+    def fail(self, error: EngineError) -> None:
         """The engine is gone: no frame will come, so the slot file goes now, read or not."""
         if self.error is None:
             self.error = error

@@ -84,7 +84,7 @@ class WorkerLink:
     def start(self) -> None:
         self.handle = handle = self._make(self.options)
         self.pid = handle.pid
-        self._send = handle.connect(self._dispatch, self._ended, name=f"worker-outbox-{self.index}")
+        self._send = handle.connect(self._dispatch, self.ended, name=f"worker-outbox-{self.index}")
 
     @property
     def alive(self) -> bool:
@@ -146,7 +146,7 @@ class WorkerLink:
             case FramesReady(session, frames):
                 stream = self.streams.get(session)
                 if stream is not None:  # else closed meanwhile: its slot file is gone
-                    stream._frames(frames)
+                    stream.frames_ready(frames)
             case WorkerStats():
                 if self.stats is None or msg.batches != self.stats.batches or not msg.due:
                     self.progress_at = self.last_heard
@@ -158,7 +158,7 @@ class WorkerLink:
                         self.streams[sid].state_bytes = nbytes
             case QualityLevelChanged(session, level, name, reason):
                 if session in self.streams:
-                    self.streams[session]._quality(QualityEvent(level, name, reason))
+                    self.streams[session].quality_changed(QualityEvent(level, name, reason))
             case SessionOpened(session):
                 # Stays in ``_opening`` until :meth:`open` resumes and records its stream: popped
                 # here, the session would count nowhere in between and a parallel open could take its slot.
@@ -168,16 +168,16 @@ class WorkerLink:
             case SessionFailed(session, message):
                 stream = self.streams.pop(session, None)
                 if stream is not None:
-                    stream._fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
+                    stream.fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
             case WorkerReady(pid, _, info):
                 self.pid, self.info, self.state, self.served = pid, info, "ready", True
                 self.ready.set()
             case WorkerFailed(message):
                 self.error = message
                 log.error("engine worker %d could not start: %s", self.index, message)
-                self._ended(message, state="failed")
+                self.ended(message, state="failed")
 
-    def _ended(self, reason: str, state: str = "lost") -> None:
+    def ended(self, reason: str, state: str = "lost") -> None:
         """The worker is gone (or never came up): fail its sessions, free its resources."""
         if self.state in ("lost", "failed", "stopped"):
             return
@@ -188,7 +188,7 @@ class WorkerLink:
         self.error = self.error or reason
         error = EngineError("engine_lost", "the engine worker serving this session stopped")
         for stream in list(self.streams.values()):
-            stream._fail(error)
+            stream.fail(error)
         self.streams.clear()
         for future in self._opening.values():
             if not future.done():
@@ -248,7 +248,7 @@ class WorkerLink:
         await asyncio.to_thread(handle.join, timeout_s)
         if handle.alive():
             handle.kill()
-        self._ended("stopped")
+        self.ended("stopped")
 
     def view(self) -> WorkerView:
         s = self.stats
@@ -385,7 +385,7 @@ class WorkerPool(EngineClient):
                     link.error = "no progress"
                     link.kill()
                     if link.handle.sentinel is None:  # a thread cannot die by signal
-                        link._ended("no progress")
+                        link.ended("no progress")
 
     async def open(self, spec: SessionSpec, session: str | None = None) -> EngineStream:
         """On the least loaded worker with room. Where the only thing in the way is a worker still
