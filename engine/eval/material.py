@@ -4,8 +4,8 @@ Training must not draw from these lists: identity seeds at or above ``HELD_OUT_S
 the sentences in ``EVAL_SENTENCES`` (grammatical English; training speaks random word
 strings) and the voices in ``EVAL_VOICES``. Rates and pitches stay inside the training
 ranges: the test is generalisation to new voices and words, not extrapolation.
-Speech comes from Debian ``espeak-ng`` (offline), resampled to the engine's rate, with the
-phones it says and when (the synthesiser's own timings): the mouth's ground truth.
+Speech comes from Debian ``espeak-ng`` (offline, ``engine.media.espeak``), resampled to the engine's
+rate, with the phones it says and when (the synthesiser's own timings): the mouth's ground truth.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.media.espeak import Speech, speak
 from engine.puppet import Identity
 from engine.puppet.mouth import MouthTrack, phone_track
 from engine.puppet.visemes import Phone
 from engine.train.frame_readers import HELD_OUT_SEED
-from engine.train.speech import Speech
-from engine.train.speech import espeak as speak
 
 EVAL_SENTENCES: tuple[str, ...] = (
     "Bright lanterns drift across the quiet harbour before midnight.",
@@ -39,11 +38,6 @@ EVAL_SENTENCES: tuple[str, ...] = (
 EVAL_VOICES: tuple[str, ...] = ("en-us+f1", "en+m1", "en-gb-x-gbclan", "en-gb-x-gbcwmd+m7", "en-us-nyc+m6")
 EVAL_RATES: tuple[int, ...] = (135, 160, 190)  # words per minute
 EVAL_PITCHES: tuple[int, ...] = (35, 50, 70)
-
-
-def espeak(text: str, sample_rate: int, voice: str = "en-us", rate: int = 160, pitch: int = 50) -> Speech:
-    """Speak ``text`` with espeak-ng; mono float32 at ``sample_rate`` and the phones it says."""
-    return speak(text, voice, rate, pitch, sample_rate)
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,7 @@ def utterance(k: int, sample_rate: int) -> tuple[Speech, str]:
     voice = EVAL_VOICES[k % len(EVAL_VOICES)]
     rate = EVAL_RATES[k % len(EVAL_RATES)]
     pitch = EVAL_PITCHES[(k // len(EVAL_RATES)) % len(EVAL_PITCHES)]
-    return espeak(text, sample_rate, voice, rate, pitch), f"{voice} {rate}wpm p{pitch}: {text}"
+    return speak(text, voice, rate, pitch, sample_rate), f"{voice} {rate}wpm p{pitch}: {text}"
 
 
 def make_clip(i: int, sample_rate: int, seed: int = 0, sentences: int = 2) -> Clip:

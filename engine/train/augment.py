@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.media.espeak import Speech, resample
 from engine.puppet.visemes import Phone
-from engine.train.speech import Speech, resample
 
 WARP = (0.88, 1.12)  # pitch and formants scale by this, duration by its inverse
 REVERB_SHARE, NOISE_SHARE, BAND_SHARE = 0.3, 0.3, 0.25

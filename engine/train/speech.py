@@ -9,16 +9,16 @@ import functools
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from engine.media import piper
+from engine.media.espeak import Speech, read_wav, resample
+from engine.media.espeak import speak as espeak
 from engine.puppet.visemes import Phone
 from engine.train.align import SAMPLE_RATE as ALIGN_RATE
 from engine.train.align import AlignmentError, align
-from engine.train.espeak import speak_phones
 
 WORDS = (
     "the a an and but so we you they it this that there here now then today tomorrow always never "
@@ -45,37 +45,10 @@ PIPER_SHARE = 0.25  # of sentences spoken by Piper when it is installed
 FLITE_SHARE = 0.25  # of sentences spoken by flite when it is installed
 
 
-@dataclass(frozen=True)
-class Speech:
-    """Mono float32 audio and the phones it says, timed in seconds from its first sample."""
-
-    pcm: np.ndarray
-    phones: list[Phone]
-    sample_rate: int
-
-    @property
-    def seconds(self) -> float:
-        return self.pcm.size / self.sample_rate
-
-
 def sentence(rng: np.random.Generator, words: int | None = None) -> str:
     n = words or int(rng.integers(4, 14))
     text = " ".join(rng.choice(WORDS, size=n))
     return text[0].upper() + text[1:] + rng.choice([".", "?", "!", ","])
-
-
-def espeak(text: str, voice: str, rate: int, pitch: int, sample_rate: int = 16000) -> Speech:
-    """``text`` in an espeak-ng voice, timed by the synthesiser's own phoneme events."""
-    pcm, src_rate, phones = speak_phones(text, voice, rate, pitch)
-    return Speech(resample(pcm, src_rate, sample_rate), phones, sample_rate)
-
-
-def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
-    """Linear resampling: plenty for mel features of training speech."""
-    if src_rate == rate or not pcm.size:
-        return pcm.astype(np.float32)
-    n = int(round(pcm.size * rate / src_rate))
-    return np.interp(np.arange(n) * src_rate / rate, np.arange(pcm.size), pcm).astype(np.float32)
 
 
 def aligned(pcm: np.ndarray, src_rate: int, text: str, sample_rate: int) -> Speech:
@@ -100,9 +73,8 @@ def flite(text: str, voice: str, sample_rate: int = 16000, stretch: float = 1.0)
         path = Path(tmp) / "speech.wav"
         subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch:.3f}", "-t", text,
                         "-o", str(path)], capture_output=True, check=True)
-        raw = path.read_bytes()
-    pcm = np.frombuffer(raw[44:], dtype=np.int16).astype(np.float32) / 32768.0
-    return aligned(pcm, int.from_bytes(raw[24:28], "little"), text, sample_rate)
+        samples, src_rate = read_wav(path.read_bytes())
+    return aligned(samples.astype(np.float32) / 32768.0, src_rate, text, sample_rate)
 
 
 def speak(rng: np.random.Generator, sample_rate: int, voices: tuple[str, ...],

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from engine.eval.material import EVAL_SENTENCES, EVAL_VOICES
+from engine.media.espeak import Speech
+from engine.media.espeak import speak as espeak
 from engine.puppet import FaceTracker, mouth_track
 from engine.puppet.mouth import phone_track
 from engine.puppet.visemes import BILABIALS, REST_OPENNESS, REST_WEIGHTS, Phone
-from engine.train.speech import HELD_OUT_FLITE_VOICES, Speech, espeak, flite, flite_available
+from engine.train.speech import HELD_OUT_FLITE_VOICES, flite, flite_available
 
 SR, FPS = 16000, 25
 

@@ -209,11 +209,12 @@ def test_eval_scores_the_puppet_once_by_the_phones_it_hears(monkeypatch: pytest.
     worse than real voices) they agree at the right lag: measured r 0.40, against the loudness
     envelope 0.54."""
     from engine.eval import run
-    from engine.eval.material import EVAL_SENTENCES, Clip, espeak
+    from engine.eval.material import EVAL_SENTENCES, Clip
+    from engine.media.espeak import speak
 
     def short_clip(i: int, sample_rate: int, seed: int = 0) -> Clip:  # one sentence instead of two
         identity = Identity.sample(np.random.default_rng(900 + i), name=f"short{i}")
-        said = espeak(EVAL_SENTENCES[i], sample_rate, "en-us+f1", 160, 50)
+        said = speak(EVAL_SENTENCES[i], "en-us+f1", 160, 50, sample_rate)
         return Clip(f"clip{i}", identity, 900 + i, said.pcm, sample_rate, "one sentence", tuple(said.phones))
 
     monkeypatch.setattr(run, "make_clip", short_clip)

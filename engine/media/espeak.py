@@ -1,21 +1,33 @@
-"""espeak-ng through its C library: speech and the synthesiser's own phone timings.
+"""espeak-ng, the one way the engine speaks with it: text, voice, rate and pitch in; mono float32
+speech, its sample rate and (where asked) the synthesiser's own phone timings out.
 
-The command line gives audio or phonemes, never when each phone sounds; the library reports
-a phoneme event at the exact sample each phone starts, which is the phonetic truth of the
-speech it makes (no alignment, no recogniser). Phones come back in ARPAbet, the notation of
-``engine.puppet.visemes``.
+Phones come from espeak-ng's C library: it reports a phoneme event at the exact sample each phone
+starts, which is the phonetic truth of the speech it makes (no alignment, no recogniser). Phones
+come back in ARPAbet, the notation of ``engine.puppet.visemes``. Without phones, the command line
+(Debian ``espeak-ng``) writes a WAV stream that is parsed with ``wave``: :func:`command` gives its
+arguments and :func:`read_wav` its samples, for a caller that runs it as it likes (an event loop's
+subprocess), and :func:`synthesize` runs it here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import io
 import multiprocessing
+import subprocess
 import threading
+import wave
+from dataclasses import dataclass
 
 import numpy as np
 
 from engine.puppet.visemes import Phone
+
+ESPEAK = "espeak-ng"
+DEFAULT_VOICE = "en-us"
+DEFAULT_RATE = 175  # words per minute: espeak-ng's own default
+DEFAULT_PITCH = 50  # 0-99: espeak-ng's own default
 
 _SYNCHRONOUS = 2  # AUDIO_OUTPUT_SYNCHRONOUS: audio comes back through the callback
 _PHONEME_EVENTS = 0x0001  # espeakINITIALIZE_PHONEME_EVENTS
@@ -96,18 +108,49 @@ def _library() -> _Library:
     return _Library()
 
 
-def speak_phones(text: str, voice: str, rate: int, pitch: int) -> tuple[np.ndarray, int, list[Phone]]:
-    """``text`` in an espeak-ng voice -> (float32 mono audio, its sample rate, its phones with the
-    synthesiser's timings). A phone lasts until the next one starts.
+@dataclass(frozen=True)
+class Speech:
+    """Mono float32 audio and the phones it says, timed in seconds from its first sample."""
+
+    pcm: np.ndarray
+    phones: list[Phone]
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.pcm.size / self.sample_rate
+
+    def pcm16(self) -> np.ndarray:
+        """The samples as int16."""
+        return (np.clip(self.pcm, -1.0, 1.0) * 32767).astype(np.int16)
+
+
+def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
+    """Linear resampling: plenty for mel features of speech."""
+    if src_rate == rate or not pcm.size:
+        return pcm.astype(np.float32)
+    n = int(round(pcm.size * rate / src_rate))
+    return np.interp(np.arange(n) * src_rate / rate, np.arange(pcm.size), pcm).astype(np.float32)
+
+
+def speak(text: str, voice: str = DEFAULT_VOICE, rate: int = DEFAULT_RATE, pitch: int = DEFAULT_PITCH,
+          sample_rate: int | None = None) -> Speech:
+    """``text`` in an espeak-ng voice with the phones it says, timed by the synthesiser's own
+    phoneme events; at ``sample_rate`` (resampled linearly) or else espeak-ng's own rate.
 
     The library keeps state from one synthesis to the next (its noise generator, the voice's
     smoothing), so each runs in a fresh forked process: the same text gives the same samples,
     as the command line does, and a seeded training run is reproducible."""
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        return pool.apply(_speak_phones, (text, voice, rate, pitch))
+        pcm, src_rate, phones = pool.apply(_speak_phones, (text, voice, rate, pitch))
+    rate_out = sample_rate or src_rate
+    return Speech(resample(pcm, src_rate, rate_out), phones, rate_out)
 
 
 def _speak_phones(text: str, voice: str, rate: int, pitch: int) -> tuple[np.ndarray, int, list[Phone]]:
+    # The voices' noise (whisper, breath) comes from the C library's rand(), whose state a forked
+    # process inherits: it starts where a fresh process's does, whatever the parent drew before.
+    ctypes.CDLL(None).srand(1)
     lib = _library()
     pcm, events = lib.speak(text, voice, rate, pitch)
     if not events:
@@ -116,3 +159,39 @@ def _speak_phones(text: str, voice: str, rate: int, pitch: int) -> tuple[np.ndar
     starts = [(s - origin) / lib.sample_rate for _, s in events] + [pcm.size / lib.sample_rate]
     phones = [Phone(arpabet(name), starts[i], max(starts[i + 1], starts[i])) for i, (name, _) in enumerate(events)]
     return pcm, lib.sample_rate, [p for p in phones if p.end > p.start]
+
+
+def command(text: str, voice: str = DEFAULT_VOICE, rate: int | None = None, pitch: int | None = None) -> list[str]:
+    """The espeak-ng command line that writes ``text``'s speech to stdout as WAV."""
+    args = [ESPEAK, "--stdout", "-v", voice]
+    if rate is not None:
+        args += ["-s", str(rate)]
+    if pitch is not None:
+        args += ["-p", str(pitch)]
+    return [*args, "--", text]
+
+
+def read_wav(data: bytes) -> tuple[np.ndarray, int]:
+    """16-bit WAV bytes -> (int16 mono samples, sample rate); channels are averaged. A WAV written
+    as a stream (espeak-ng's ``--stdout``) has placeholder sizes in its header: its data is read
+    to the end rather than trusted."""
+    with wave.open(io.BytesIO(data)) as w:
+        if w.getsampwidth() != 2:
+            raise ValueError(f"expected 16-bit samples, got {8 * w.getsampwidth()}-bit")
+        channels, rate = w.getnchannels(), w.getframerate()
+        frames = w.readframes(w.getnframes())
+    samples = np.frombuffer(frames[: len(frames) // 2 * 2], dtype="<i2")
+    if channels > 1:
+        samples = samples[: samples.size // channels * channels].reshape(-1, channels).mean(axis=1)
+    return samples.astype(np.int16), rate
+
+
+def synthesize(text: str, voice: str = DEFAULT_VOICE, rate: int | None = None, pitch: int | None = None,
+               timeout_s: float = 30.0) -> Speech:
+    """``text`` through the espeak-ng command line: its samples at espeak-ng's rate, no phones.
+    ``FileNotFoundError`` when espeak-ng is not installed; ``RuntimeError`` when it fails."""
+    done = subprocess.run(command(text, voice, rate, pitch), capture_output=True, timeout=timeout_s, check=False)
+    if done.returncode != 0 or not done.stdout:
+        raise RuntimeError(f"{ESPEAK} failed: {done.stderr.decode(errors='replace').strip() or done.returncode}")
+    samples, sample_rate = read_wav(done.stdout)
+    return Speech(samples.astype(np.float32) / 32768.0, [], sample_rate)
