@@ -188,6 +188,6 @@ class WorkerStats:
     real_time: int = 0  # sessions its estimates hold in real time at best quality (0: a machine too slow)
     real_time_by_render: dict[str, int] = field(default_factory=dict)  # the same, for each way frames are made
     # Of ``sessions``, those the receiving web process opened (a node's worker serves several);
-    # ``quality_levels`` and ``state_bytes`` list only these to a guest (see engine.service.clients).
+    # ``quality_levels`` and ``state_bytes`` list only these to a guest (see engine.service.worker_clients).
     client_sessions: int = 0
     shared_batches: int = 0  # batches whose sessions belonged to more than one web process

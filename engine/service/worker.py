@@ -26,7 +26,6 @@ import numpy as np
 from engine.batch import Render
 from engine.parallel.plan import ParallelPlan
 from engine.presets import DEFAULT_PRESET, Preset
-from engine.service.clients import OWNER, ClientGone, ClientJoined, Clients
 from engine.service.messages import (
     CloseSession,
     EngineInfo,
@@ -47,6 +46,7 @@ from engine.service.messages import (
     WorkerStats,
 )
 from engine.service.slots import FrameSlots
+from engine.service.worker_clients import OWNER, ClientGone, ClientJoined, Clients
 
 log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.5
@@ -94,7 +94,7 @@ class WorkerOptions:
     # One engine over several devices (engine.parallel): its ranks are this worker's subprocesses.
     parallel: ParallelPlan | None = None
     # On a node: the folder of the worker's local socket, where the node's web processes connect
-    # (``engine.service.clients``) with ``key``; ``index`` names the worker's socket in it.
+    # (``engine.service.worker_clients``) with ``key``; ``index`` names the worker's socket in it.
     socket_dir: str | None = None
     key: bytes = b""
     index: int = 0
