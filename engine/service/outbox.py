@@ -58,6 +58,15 @@ class Outbox:
             self.broken = True
         self._queue.put(None)
 
+    def finish(self, timeout_s: float) -> bool:
+        """Write what is queued (for up to ``timeout_s``), then end the writer; whether it all went.
+        What is put afterwards is dropped."""
+        self._queue.put(None)
+        done = self.join(timeout_s)
+        with self._lock:
+            self.broken = True
+        return done
+
     def join(self, timeout_s: float) -> bool:
         """Wait for the writer to end after ``close``; whether it did within ``timeout_s``."""
         self._thread.join(timeout_s)

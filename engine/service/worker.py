@@ -431,7 +431,7 @@ def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSl
         if options.socket_dir is not None:  # open to the node's web processes before saying ready
             worker.clients.listen(options.address, options.key)
         worker.report(force=True, only=OWNER)  # the capacity figure is there by the time the worker is ready
-        conn.send(WorkerReady(os.getpid(), options.device, core.info))
+        worker.clients.send(OWNER, WorkerReady(os.getpid(), options.device, core.info))
         worker.run()
     finally:
         close_engine(core.pipe)

@@ -5,14 +5,15 @@ with (or, for an in-process worker, the thread handover); the owner's end of the
 the worker. On a node, the worker also listens on a local socket (``WorkerOptions.socket_dir``)
 where any number of **guests** (the node's web processes) connect with the node's key; a guest
 that goes (its process died, or it stopped reading for ``wire.SEND_TIMEOUT_S``) costs only its own
-sessions, which the worker closes, freeing their state.
+sessions, which the worker closes, freeing their state; an owner that goes ends the worker.
 
 Every connection has a reader thread that puts ``(client, message)`` into the worker's inbox;
 joining and leaving arrive there too (``ClientJoined``, ``ClientGone``), so the worker loop is the
 only thread that touches sessions and the only one that sends. Sessions belong to the client that
 opened them: what another client says about them is ignored, and their frames, failures and
-quality changes go to their owner alone. What is sent to a guest goes through an ``Outbox``, so a
-guest that stops reading never holds up the worker.
+quality changes go to their owner alone. What is sent to a guest, or to an owner in another
+process, goes through an ``Outbox``, so a web process that stops reading never holds up the worker
+(an in-process owner's messages are put on its event loop, which never waits either).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from engine.service.outbox import Outbox
 
 log = logging.getLogger(__name__)
 OWNER = 0
+OWNER_FLUSH_S = 1.0  # what is still queued for the owner when the worker ends is written for this long
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,12 @@ class Clients:
     def __init__(self, inbox: queue.SimpleQueue, owner) -> None:
         self._inbox = inbox
         self._owner = owner
-        self._send: dict[int, Callable[[object], None]] = {OWNER: owner.send}  # the owner reads on a loop of its own
+        self._owner_outbox: Outbox | None = None
+        send = owner.send  # an in-process owner's: onto its event loop
+        if hasattr(owner, "fileno"):  # a pipe to the process that started this worker
+            self._owner_outbox = Outbox(owner, lambda reason: inbox.put(ClientGone(OWNER, reason)), name="owner-outbox")
+            send = self._owner_outbox.put
+        self._send: dict[int, Callable[[object], None]] = {OWNER: send}
         self._closers: dict[int, Callable[[], None]] = {}
         self._ids = itertools.count(OWNER + 1)
         self._lock = threading.Lock()
@@ -125,6 +132,8 @@ class Clients:
                 self._listener.close()
         for client in [c for c in self._send if c != OWNER]:
             self.drop(client)
+        if self._owner_outbox is not None:
+            self._owner_outbox.finish(OWNER_FLUSH_S)
 
     # ---- messages ----------------------------------------------------------------------
 

@@ -66,3 +66,18 @@ def test_an_outbox_over_its_bound_is_broken_at_once() -> None:
         outbox.put(bytes(1 << 20))
     outbox.close()
     assert reasons == [f"more than {4 << 20} bytes wait for the engine worker"]
+
+
+def test_finish_writes_what_is_queued_then_drops_what_comes_after() -> None:
+    web, worker = Pipe()
+    outbox = Outbox(web, print, name="test-outbox")
+    for i in range(3):
+        outbox.put(("frames", i))
+    assert outbox.finish(5)
+    outbox.put(("late", 3))  # dropped: the writer has ended
+    web.close()
+    got = []
+    with pytest.raises(EOFError):
+        while True:
+            got.append(worker.recv())
+    assert got == [("frames", 0), ("frames", 1), ("frames", 2)]

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import queue
+import time
+from multiprocessing import Pipe
 
 import pytest
 from server_helpers import wait_until
@@ -14,7 +17,9 @@ from test_pool import feed, frames
 from engine.service.client import EngineError
 from engine.service.messages import CloseSession, SessionSpec
 from engine.service.pool import WorkerPool
+from engine.service.wire import SEND_TIMEOUT_S
 from engine.service.worker import WorkerOptions
+from engine.service.worker_clients import OWNER, ClientGone, Clients
 
 MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(1, 2), settle_s=0.0)
 
@@ -109,3 +114,32 @@ async def test_a_full_worker_refuses_the_web_process_that_asks_last(node):
     # The worker has closed a's session (its report says so), and b's view has room.
     await until(lambda: owner.workers()[0].stats.sessions == 0 and b.workers()[0].capacity == 1)
     assert (await b.open(SessionSpec())).id
+
+
+def test_the_owner_is_sent_to_through_an_outbox_in_order_and_what_is_queued_goes_before_the_end() -> None:
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    web, owner_end = Pipe()
+    clients = Clients(inbox, owner_end)
+    for i in range(3):
+        clients.send(OWNER, ("frames", i))
+    clients.close()  # the worker ends: what was queued is written first
+    assert [web.recv() for _ in range(3)] == [("frames", 0), ("frames", 1), ("frames", 2)]
+    assert inbox.empty()
+
+
+def test_an_owner_that_reads_nothing_never_holds_up_the_worker_and_ends_it() -> None:
+    """Sends to the owner return at once however much waits; once it has taken nothing for
+    ``wire.SEND_TIMEOUT_S`` the worker hears that its owner is gone (and stops, as when the owner's
+    connection closes)."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    _web, owner_end = Pipe()  # the web process reads nothing
+    clients = Clients(inbox, owner_end)
+    t0 = time.monotonic()
+    for _ in range(8):
+        clients.send(OWNER, bytes(1 << 20))
+    sent_s = time.monotonic() - t0
+    gone = inbox.get(timeout=SEND_TIMEOUT_S + 5)
+    gone_s = time.monotonic() - t0
+    clients.close()
+    assert sent_s < 0.5, sent_s
+    assert isinstance(gone, ClientGone) and gone.client == OWNER and SEND_TIMEOUT_S - 0.2 < gone_s, gone_s
