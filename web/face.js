@@ -41,7 +41,9 @@ export class FacePicker {
     const list = this.$("face-list");
     list.querySelectorAll(".face:not(.photo)").forEach((el) => el.remove());
     const photo = this.$("image-label");
-    for (const name of info.avatars) list.insertBefore(this.card("drawn", name, name, "drawn"), photo);
+    for (const name of info.avatars) {
+      list.insertBefore(this.card("drawn", name, name, "drawn", info.avatar_urls?.[name]), photo);
+    }
     for (const p of info.portraits || []) {
       const card = this.card("portrait", p.name, p.label || p.name, "portrait", p.url);
       card.title = `${p.label || p.name} — ${p.attribution || ""}${p.licence ? ` (${p.licence})` : ""}`;

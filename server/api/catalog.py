@@ -36,6 +36,7 @@ def create_router(session: SessionSettings, access: AccessSettings, limits: Inpu
         base = engine.info
         return {
             "avatars": engine.avatars,
+            "avatar_urls": {name: f"{API}/drawn-avatars/{name}" for name in engine.avatars},
             "portraits": [{"name": p.name, "label": p.label, "shows": p.shows, "licence": p.licence,
                            "attribution": p.attribution, "url": f"{API}/portraits/{p.name}"}
                           for p in engine.portraits],
@@ -56,6 +57,14 @@ def create_router(session: SessionSettings, access: AccessSettings, limits: Inpu
             "height": base.frame_size[0],
             "auth_required": access.auth_token is not None,
         }
+
+    @router.get(f"{API}/drawn-avatars/{{name}}", response_class=Response)
+    async def drawn_avatar(request: Request, name: str) -> Response:
+        """A bundled drawn avatar's face, 128 px (the page's picker shows it)."""
+        picture = manager(request).engine.avatar_picture(name)
+        if picture is None:
+            raise ApiError(404, "unknown_avatar", f"no bundled avatar {name!r}")
+        return Response(picture, media_type="image/jpeg", headers={"Cache-Control": "max-age=3600"})
 
     @router.get(f"{API}/portraits/{{name}}", response_class=FileResponse)
     async def portrait(request: Request, name: str) -> FileResponse:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from engine.avatars import avatar_image
 from engine.config import get_config
 from engine.frames import PublishedFrame
 from engine.media.audio_io import MediaError
@@ -85,6 +86,13 @@ class Engine:
     def portraits(self) -> list[Portrait]:
         """The bundled real portraits, offered where the engine animates photos."""
         return list(PORTRAITS) if self.info.accepts_images else []
+
+    def avatar_picture(self, name: str, side: int = 128) -> bytes | None:
+        """A bundled drawn avatar's neutral face as a JPEG of ``side`` pixels, or None if there is none
+        by that name."""
+        if name not in self.avatars:
+            return None
+        return encode_jpeg(avatar_image(name, (side, side)))
 
     def portrait(self, name: str) -> PhotoAvatar | None:
         """The photo avatar of the bundled portrait ``name``, or None if there is none by that name."""

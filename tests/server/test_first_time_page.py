@@ -102,6 +102,9 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
         assert [c["name"] for c in cards if c["kind"] == "drawn"] == info["avatars"]
         assert [c["name"] for c in cards if c["kind"] == "portrait"] == [p["name"] for p in info.get("portraits", [])]
         assert [c["kind"] for c in cards].count("photo") == 1
+        # Every card shows its face: the drawn avatars' pictures too.
+        await page.wait_for_function(f"""[...document.querySelectorAll('#face-list .face.drawn img.thumb')]
+            .filter(i => i.naturalWidth === 128).length === {len(info['avatars'])}""", timeout=10_000)
         default = info["page_avatar"]
         assert default in [p["name"] for p in info["portraits"]], "the page starts on a real person"
         assert await page.evaluate(ACTIVE) == [{"kind": "drawn" if default in info["avatars"] else "portrait",

@@ -80,3 +80,21 @@ async def test_a_photo_is_checked_before_a_session_and_shows_its_framing(astrona
         res = await srv.http.post("/v1/photos/framing", content=b"\x89PNG" + bytes(3 << 20))
         assert res.status_code == 413
         assert not srv.manager.sessions
+
+
+async def test_each_drawn_avatar_has_its_picture_for_the_picker():
+    from engine.media.image import decode_image
+    from engine.puppet import reference_image
+
+    async with running_server(make_settings()) as srv:
+        info = (await srv.http.get("/v1/info")).json()
+        assert set(info["avatar_urls"]) == set(info["avatars"])
+        for name, url in info["avatar_urls"].items():
+            res = await srv.http.get(url)
+            assert res.status_code == 200 and res.headers["content-type"] == "image/jpeg"
+            picture = decode_image(res.content).astype(np.float64)
+            truth = reference_image(name, 128).astype(np.float64)
+            assert picture.shape == truth.shape == (128, 128, 3)
+            assert np.corrcoef(picture.ravel(), truth.ravel())[0, 1] > 0.98, name
+        missing = await srv.http.get("/v1/drawn-avatars/nobody")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_avatar"
