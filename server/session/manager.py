@@ -35,8 +35,8 @@ class SessionManager:
         self.metrics = metrics
         self.default_preset = default_preset
         self.sessions: dict[str, Session] = {}
-        self.reaper = SessionReaper(self, settings)
-        self.images = ReferenceImages(engine, settings)
+        self.reaper = SessionReaper(self, settings.timing)
+        self.images = ReferenceImages(engine, settings.limits)
         self.personal = PersonalAvatars(engine.local.avatar_store(settings.avatar_store), engine.local.enroll,
                                         self._bundled_names, settings)
         self._closing: set[asyncio.Task] = set()

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from server.config import Settings
+from server.config import TimingSettings
 from server.media.peer import last_rtcp_age, remote_streams
 from server.session.session import Session
 
@@ -31,9 +31,9 @@ class Sessions(Protocol):
 class SessionReaper:
     """Checks every session each ``interval_s`` and has the manager close the ones it finds dead."""
 
-    def __init__(self, manager: Sessions, settings: Settings, interval_s: float = 1.0) -> None:
+    def __init__(self, manager: Sessions, timing: TimingSettings, interval_s: float = 1.0) -> None:
         self._manager = manager
-        self._settings = settings
+        self._timing = timing
         self._interval_s = interval_s
         self._task: asyncio.Task | None = None
 
@@ -60,7 +60,7 @@ class SessionReaper:
                     self._manager.close_soon(sid, reason)
 
     async def reason_to_reap(self, session: Session, now: float) -> str | None:
-        s = self._settings
+        s = self._timing
         if session.closing:  # closed itself (peer gone, engine failed): forget it once done
             return session.close_reason if session.closed else None
         times = session.liveness

@@ -18,17 +18,17 @@ import binascii
 from server.base.engine_port import Engine, ImageBounds, ImageTooLargeError, PhotoAvatar, UnusableImage
 from server.base.errors import ApiError
 from server.base.protocol import SessionCreate
-from server.config import Settings
+from server.config import InputLimits
 
 DECODERS = 2
 MIN_SIDE = 64  # smaller references carry too little of a face to animate
 
 
 class ReferenceImages:
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, limits: InputLimits) -> None:
         self._engine = engine
-        self._max_bytes = settings.max_image_bytes
-        self._limits = ImageBounds(settings.max_image_side, settings.max_image_pixels, MIN_SIDE)
+        self._max_bytes = limits.max_image_bytes
+        self._limits = ImageBounds(limits.max_image_side, limits.max_image_pixels, MIN_SIDE)
         self._slots = asyncio.Semaphore(DECODERS)
 
     async def decode(self, options: SessionCreate) -> PhotoAvatar | None:

@@ -18,7 +18,7 @@ from engine.photo.avatar import PhotoAvatar
 from server.api.engine_adapter import Engine
 from server.base.errors import ApiError
 from server.base.protocol import SessionCreate
-from server.config import Settings
+from server.config import InputLimits
 from server.session.reference_image import MIN_SIDE, ReferenceImages
 
 
@@ -36,14 +36,14 @@ def option(data: bytes) -> SessionCreate:
 
 
 async def decode(data: bytes, **settings) -> PhotoAvatar | None:
-    images = ReferenceImages(ImageOnlyEngine(), Settings.model_validate(settings))
+    images = ReferenceImages(ImageOnlyEngine(), InputLimits.model_validate(settings))
     return await images.decode(option(data))
 
 
 async def rgb_of(data: bytes) -> np.ndarray:
     """What the server decodes a file to, under its default limits, before looking for a face."""
-    settings = Settings()
-    return decode_image(data, ImageLimits(settings.max_image_side, settings.max_image_pixels, MIN_SIDE))
+    limits = InputLimits()
+    return decode_image(data, ImageLimits(limits.max_image_side, limits.max_image_pixels, MIN_SIDE))
 
 
 async def refused(data: bytes, **settings) -> ApiError:
