@@ -37,11 +37,11 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self.reaper = SessionReaper(self, settings.timing)
         self.images = ReferenceImages(engine, settings.limits)
-        self.personal = PersonalAvatars(engine.local.avatar_store(settings.avatar_store), engine.local.enroll,
-                                        self._bundled_names, settings)
+        self.personal = PersonalAvatars(engine.local.avatar_store(settings.session.avatar_store), engine.local.enroll,
+                                        self._bundled_names, settings.enrolment)
         self._closing: set[asyncio.Task] = set()
         self._opening = 0  # creations past the cap check and not yet in ``sessions``: they count against it
-        self.loop_load = LoopLoad(settings.web_loop_budget)
+        self.loop_load = LoopLoad(settings.node.web_loop_budget)
         self._sampling: asyncio.Task | None = None
         metrics.media.loop_busy.set_function(lambda: self.loop_load.busy)
         metrics.sessions_active.set_function(lambda: len(self.sessions))
@@ -57,7 +57,7 @@ class SessionManager:
         process's event loop must have room for one more session (:class:`LoopLoad`). A creation
         counts against the cap from its check on, with no await in between, so parallel requests
         cannot all pass the check before any of them is recorded."""
-        cap = self.settings.max_sessions
+        cap = self.settings.engine.max_sessions
         held = len(self.sessions) + self._opening
         if cap is not None and held >= cap:
             self.metrics.sessions_rejected.labels("capacity").inc()
@@ -93,7 +93,8 @@ class SessionManager:
             if photo is not None and not self.engine.info.accepts_images:
                 raise ApiError(400, "bad_avatar", f"the {self.engine.info.config} engine draws bundled avatars only")
         if options.avatar is None and photo is None:
-            options = options.model_copy(update={"avatar": self.settings.default_avatar or self.engine.default_avatar})
+            avatar = self.settings.session.default_avatar or self.engine.default_avatar
+            options = options.model_copy(update={"avatar": avatar})
         if photo is None and options.avatar not in self.engine.avatars:
             raise ApiError(
                 400,
@@ -103,7 +104,7 @@ class SessionManager:
             )
         sid = "s_" + secrets.token_hex(8)
         try:
-            drawn = self.settings.drawn if options.drawn is None else options.drawn
+            drawn = self.settings.session.drawn if options.drawn is None else options.drawn
             driver = None if named is not None else options.avatar  # a named photo moves as the default
             link = await self.engine.open(preset, driver, photo, options.seed, name=sid, drawn=drawn)
         except EngineError as exc:
@@ -111,7 +112,7 @@ class SessionManager:
                 self.metrics.sessions_rejected.labels(exc.code).inc()
                 raise ApiError(503, exc.code, exc.message, retry_after=exc.retry_after_s) from None
             raise ApiError(400, "bad_image" if photo is not None else "bad_avatar", exc.message) from None
-        record_dir = self.settings.record_dir if options.record else None
+        record_dir = self.settings.session.record_dir if options.record else None
         session = Session(sid, options, self.settings, link, self.engine.local, self.metrics, record_dir, self.tts)
         self.sessions[sid] = session
         session.start()
