@@ -61,6 +61,16 @@ class Events:
         assert ok, f"no {kind} {utterance_id or ''} within {timeout_s} s: {self.summary()}"
         return self.of(kind, utterance_id)[after]
 
+    def has(self, kind: str, utterance_id: str) -> bool:
+        return bool(self.of(kind, utterance_id))
+
+    def index(self, kind: str, utterance_id: str) -> int:
+        """Position of the first such event among everything said."""
+        for i, (_, e) in enumerate(self.items):
+            if e["type"] == kind and e.get("utterance_id") == utterance_id:
+                return i
+        raise AssertionError(f"no {kind} for {utterance_id}: {self.summary()}")
+
     def summary(self) -> list[dict]:
         return [{k: v for k, v in e.items() if k != "audio"} for _, e in self.items if e["type"] != "metrics"]
 
