@@ -60,7 +60,7 @@ class Outbound:
         fps, sr = link.info.fps, link.info.sample_rate
         self.engine = link
         self._trace = trace
-        self.playout = PlayoutBuffer(settings.playout(fps, sr), MonotonicClock())
+        self.playout = PlayoutBuffer(settings.jitter.playout(fps, sr), MonotonicClock())
         self.sync = SyncProbe(fps, 1000 // self.playout.config.audio_packet_ms)
         self.recorder = None
         if record_dir is not None and mp4_writer is not None:
@@ -74,7 +74,8 @@ class Outbound:
             PlayoutAudio(MutedAudio(self.playout, voice.gate), self.played.audio_played),
             fps, sr,
         )
-        self.viewers = Viewers(self.broadcast, settings.ice_servers, sr, on_viewer_connected, settings.max_viewers)
+        self.viewers = Viewers(self.broadcast, settings.network.ice_servers, sr, on_viewer_connected,
+                               settings.limits.max_viewers)
 
     @property
     def fps(self) -> int:
