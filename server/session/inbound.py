@@ -45,29 +45,30 @@ class Inbound:
         vad_model: Callable[[], VoiceActivity] = no_voice_activity,
     ) -> None:
         sr, fps = link.info.sample_rate, link.info.fps
+        feed, voice = settings.feed, settings.speech
         self._link = link
-        speech = SpeechQueue(int(settings.max_audio_backlog_s * sr), settings.max_queued_utterances)
-        self.mic = SampleFifo(int(settings.mic_buffer_s * sr))
+        speech = SpeechQueue(int(voice.max_audio_backlog_s * sr), voice.max_queued_utterances)
+        self.mic = SampleFifo(int(feed.mic_buffer_s * sr))
         self.feeder = Feeder(
             sr,
             speech,
             self.mic,
-            settings.feed_holdback_s,
-            int(settings.max_engine_backlog_s * sr),
-            options.mode or settings.default_mode,
-            int(settings.agent_engine_backlog_s * sr),
+            feed.feed_holdback_s,
+            int(feed.max_engine_backlog_s * sr),
+            options.mode or settings.session.default_mode,
+            int(feed.agent_engine_backlog_s * sr),
         )
         self.voice = AgentVoice(
             speech,
             self.feeder,
             sr,
             fps,
-            settings.max_text_chars,
-            settings.vad_config(),
+            settings.limits.max_text_chars,
+            voice.vad_config(),
             vad_model,
-            options.voice or settings.voice,
-            settings.barge_in if options.barge_in is None else options.barge_in,
-            settings.user_audio if options.user_audio is None else options.user_audio,
+            options.voice or voice.voice,
+            voice.barge_in if options.barge_in is None else options.barge_in,
+            voice.user_audio if options.user_audio is None else options.user_audio,
             emit,
             metrics,
             tts,
@@ -76,7 +77,7 @@ class Inbound:
         self._on_heard = on_heard
         self.microphone = MicrophoneIntake(sr, metrics, self._heard)
         self.feed_loop = FeedLoop(
-            session_id, self.feeder, link, generated_samples, self.voice.tracker, emit, settings.feed_tick_s, on_fed
+            session_id, self.feeder, link, generated_samples, self.voice.tracker, emit, feed.feed_tick_s, on_fed
         )
 
     @property
