@@ -189,14 +189,14 @@ class Session:
         if self.peer.pc is not None:
             raise ApiError(409, "already_offered", "this session already has a peer connection")
         self.liveness.offered()
-        self.peer.pc = pc = create_peer(self.settings.ice_servers)
+        self.peer.pc = pc = create_peer(self.settings.network.ice_servers)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
         if ingest:
-            description = await answer_ingest(pc, offer, self.settings.mic_jitter_packets)
+            description = await answer_ingest(pc, offer, self.settings.feed.mic_jitter_packets)
         else:
             self.peer.tracks = self.outbound.broadcast.subscribe()
-            description = await answer(pc, offer, *self.peer.tracks, mic_packets=self.settings.mic_jitter_packets)
+            description = await answer(pc, offer, *self.peer.tracks, mic_packets=self.settings.feed.mic_jitter_packets)
         self._start_media_once()
         return description
 
@@ -260,7 +260,7 @@ class Session:
         inbound, outbound = self.inbound, self.outbound
         return MetricsLoop(outbound.playout, outbound.sync, inbound.feeder, outbound.generated,
                            outbound.engine_bytes, inbound.microphone, outbound.played, self.metrics, self.events.emit,
-                           self.settings.metrics_interval_s)
+                           self.settings.timing.metrics_interval_s)
 
     async def close(self, reason: str = "closed") -> None:
         """Free everything this session holds; idempotent, safe from any task."""
