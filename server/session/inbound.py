@@ -3,7 +3,7 @@
 The microphone (a browser's, or a WHIP publisher's) and the agent's speech (text through the
 TTS, or pushed PCM) come in; the feed clock takes them on in real time (the user's voice in
 mirror mode, the agent's in agent mode, silence otherwise) and the feed loop hands each block
-to the engine link. In agent mode the microphone feeds only voice activity detection.
+to the engine's input. In agent mode the microphone feeds only voice activity detection.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from server.voice.tts import TTSBackend
 
 
 class Inbound:
-    """Microphone intake -> mirror FIFO | agent voice -> feed clock -> feed loop -> engine link.
+    """Microphone intake -> mirror FIFO | agent voice -> feed clock -> feed loop -> the engine's input.
 
     ``microphone.samples`` counts what was heard; ``feeder.fed`` what the engine was given."""
 
