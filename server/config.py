@@ -368,14 +368,6 @@ class Settings(BaseModel):
         return {name: value for group in SETTING_GROUPS for name, value in
                 getattr(self, group).model_dump(mode="json", exclude_unset=True).items()}
 
-    def __getattr__(self, name: str) -> Any:
-        """A field read by its name alone (``settings.max_sessions``), from the group that holds it:
-        for code not yet handed its group."""
-        group = GROUP_OF.get(name) or _GROUP_HELPERS.get(name)
-        if group is None:
-            return super().__getattr__(name)  # type: ignore[misc]
-        return getattr(getattr(self, group), name)
-
     def check_bind(self) -> None:
         """Refuse to expose an unauthenticated server beyond this machine."""
         if self.access.auth_token or not self.network.exposed:
@@ -404,7 +396,6 @@ SETTING_GROUPS: dict[str, type[Group]] = {
 }
 GROUP_OF: dict[str, str] = {field: group for group, model in SETTING_GROUPS.items() for field in model.model_fields}
 FIELDS: tuple[str, ...] = tuple(GROUP_OF)
-_GROUP_HELPERS = {"exposed": "network", "vad_config": "speech", "playout": "jitter"}
 
 
 def _is_loopback(host: str) -> bool:

@@ -126,7 +126,8 @@ async def running_server(settings: Settings | None = None, config: str = "tiny",
     """The app on uvicorn in this process; its engine an in-process worker over the cached
     ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
-    engine = loaded_engine(config, settings.warm_up, settings.engine_settle_s, settings.drawn) if inprocess else None
+    engine = (loaded_engine(config, settings.engine.warm_up, settings.engine.engine_settle_s, settings.session.drawn)
+              if inprocess else None)
     app = create_app(settings, engine)
     async with serving(app, settings) as running:
         yield running

@@ -61,10 +61,10 @@ def test_image_serves_webrtc_on_a_fixed_udp_range(image):
     path = DOCKER / image
     env = image_env(path)
     settings = Settings.from_env(env)
-    assert settings.host == "0.0.0.0" and settings.exposed and settings.ice_ports is not None
-    low, high = settings.ice_ports
+    assert settings.network.host == "0.0.0.0" and settings.network.exposed and settings.network.ice_ports is not None
+    low, high = settings.network.ice_ports
     exposed = " ".join(args for name, args in instructions(path) if name == "EXPOSE").split()
-    assert f"{low}-{high}/udp" in exposed and f"{settings.port}/tcp" in exposed
+    assert f"{low}-{high}/udp" in exposed and f"{settings.network.port}/tcp" in exposed
     assert image_cmd(path)[:2] == ["avatar", "serve"]
     assert "espeak" not in path.read_text()  # the default voice needs no system package
 

@@ -87,7 +87,7 @@ async def test_the_face_picked_is_the_face_that_streams(tmp_path, astronaut):
     save_png(photo, astronaut)
     picked = grey(crop_of(photo.read_bytes()))
     other = grey(crop_of(portrait("grace_hopper")))
-    settings = make_settings(max_sessions=1, drawn=True, page_avatar=Settings().page_avatar)  # as shipped
+    settings = make_settings(max_sessions=1, drawn=True, page_avatar=Settings().session.page_avatar)  # as shipped
     async with running_server(settings) as srv, chromium(tmp_path) as (_, page):
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))

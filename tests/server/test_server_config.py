@@ -13,8 +13,8 @@ from server.config import FIELDS, GROUP_OF, SETTING_GROUPS, NetworkSettings, Set
 def test_settings_from_env_and_flags():
     env = {"AVATAR_PORT": "9000", "AVATAR_MAX_SESSIONS": "5", "AVATAR_ICE_SERVERS": "stun:a:1 turn:u:p@b:2"}
     s = Settings.from_env(env, max_sessions=3, host=None)
-    assert (s.port, s.max_sessions, s.host) == (9000, 3, "127.0.0.1")
-    assert s.ice_servers == [IceServer(urls=["stun:a:1"]), IceServer(urls=["turn:b:2"], username="u",
+    assert (s.network.port, s.engine.max_sessions, s.network.host) == (9000, 3, "127.0.0.1")
+    assert s.network.ice_servers == [IceServer(urls=["stun:a:1"]), IceServer(urls=["turn:b:2"], username="u",
                                                                        credential="p")]
     with pytest.raises(ValidationError):
         Settings.from_env({"AVATAR_ICE_SERVERS": "http://x"})
@@ -31,12 +31,12 @@ def test_non_loopback_bind_needs_an_auth_token():
 
 def test_the_engine_leaves_one_core_to_the_web_process_by_default(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
-    assert Settings().engine_threads == 1
+    assert Settings().engine.engine_threads == 1
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
-    assert Settings().engine_threads == 15
+    assert Settings().engine.engine_threads == 15
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {3})
-    assert Settings().engine_threads == 1
-    assert Settings.from_env({"AVATAR_ENGINE_THREADS": "4"}).engine_threads == 4
+    assert Settings().engine.engine_threads == 1
+    assert Settings.from_env({"AVATAR_ENGINE_THREADS": "4"}).engine.engine_threads == 4
     with pytest.raises(ValidationError):
         Settings(engine_threads=0)
 
@@ -53,6 +53,7 @@ def test_settings_are_small_frozen_groups_each_field_in_one():
     s = Settings(port=0, vad=False, engine="inprocess")
     assert (s.network.port, s.speech.vad, s.engine.engine) == (0, False, "inprocess")
     assert Settings(network=NetworkSettings(port=5)).network.port == 5
+    assert not hasattr(s, "port")  # read from its group, never from the whole
     with pytest.raises(ValidationError):
         s.network.port = 1  # frozen
     with pytest.raises(ValidationError, match="no_such_setting"):
@@ -87,10 +88,11 @@ def test_every_field_of_every_group_has_its_env_var_and_every_flag_a_field():
            "AVATAR_PLAYOUT_DELAY_S": "0.4", "AVATAR_MAX_VIEWERS": "2", "AVATAR_PEER_TIMEOUT_S": "3",
            "AVATAR_FEED_TICK_S": "0.01", "AVATAR_ICE_PORTS": "40000-40009", "AVATAR_DRAWN": "false"}
     s = Settings.from_env(env)
-    assert s.cors_origins == ["https://a.example", "https://b.example"]
-    assert (s.vad_threshold, s.playout_delay_s, s.max_viewers, s.peer_timeout_s) == (0.6, 0.4, 2, 3.0)
-    assert (s.feed_tick_s, s.ice_ports, s.drawn) == (0.01, (40000, 40009), False)
-    assert s.playout(25, 16_000).initial_delay == 0.4
+    assert s.access.cors_origins == ["https://a.example", "https://b.example"]
+    assert (s.speech.vad_threshold, s.jitter.playout_delay_s, s.limits.max_viewers, s.timing.peer_timeout_s) == (
+        0.6, 0.4, 2, 3.0)
+    assert (s.feed.feed_tick_s, s.network.ice_ports, s.session.drawn) == (0.01, (40000, 40009), False)
+    assert s.jitter.playout(25, 16_000).initial_delay == 0.4
     with pytest.raises(ValidationError):
         Settings.from_env({"AVATAR_VAD_THRESHOLD": "1.5"})
     assert {field for _, field, _ in FLAGS} <= set(FIELDS)

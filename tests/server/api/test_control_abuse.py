@@ -123,4 +123,4 @@ async def test_one_sample_utterances_are_capped_and_a_flood_leaves_a_witness_its
             assert flooder.returncode is None, "the flooding client stopped early"
             seen.assert_kept(t0 + 1.0)
             read = appends() - before  # the socket is read at its rate after a burst, however fast the client
-            assert 0 < read <= settings.control_messages_per_s * (time.monotonic() - t0 + 2.0), read
+            assert 0 < read <= settings.limits.control_messages_per_s * (time.monotonic() - t0 + 2.0), read

@@ -155,7 +155,8 @@ async def test_messages_up_to_the_transport_limit_are_answered_and_past_it_close
 
         def probe() -> tuple[list[str], int | None, str]:
             with control(srv, session) as ws:
-                for size in (settings.max_control_bytes + 1, settings.max_control_bytes + 5000, 700_000, limit):
+                most = settings.limits.max_control_bytes
+                for size in (most + 1, most + 5000, 700_000, limit):
                     ws.send(json.dumps({"type": "ping", "id": "x" * (size - 26)}))
                 ws.send(b"\0" * limit)
                 codes = [e["code"] for e in burst(ws, [], "sized") if e["type"] == "error"]

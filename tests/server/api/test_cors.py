@@ -17,8 +17,8 @@ def preflight(method: str, origin: str = PAGE, headers: str = "authorization, co
 
 def test_origins_come_from_a_comma_separated_variable():
     settings = Settings.from_env({"AVATAR_CORS_ORIGINS": f"{PAGE}, https://app.example.com,"})
-    assert settings.cors_origins == [PAGE, "https://app.example.com"]
-    assert Settings.from_env({}).cors_origins == []
+    assert settings.access.cors_origins == [PAGE, "https://app.example.com"]
+    assert Settings.from_env({}).access.cors_origins == []
 
 
 async def test_allowed_origin_gets_preflight_and_exposed_headers():

@@ -40,7 +40,7 @@ def test_guidance_setting_reaches_the_engine() -> None:
 
     assert ("--guidance", "guidance") in [(flag, field) for flag, field, _ in FLAGS]
     settings = Settings.from_env({"AVATAR_GUIDANCE": "2"}, config="micro", warm_up=False)
-    assert settings.guidance == 2.0
+    assert settings.engine.guidance == 2.0
     options = worker_options(settings)
     assert options.guidance == 2.0 and options.config == "micro" and not options.warm_up
     assert load_core(replace(options, calibrate=())).pipe.config.audio_guidance == 2.0

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 async def test_portraits_are_listed_served_and_streamed():
-    async with running_server(make_settings(page_avatar=Settings().page_avatar)) as srv:
+    async with running_server(make_settings(page_avatar=Settings().session.page_avatar)) as srv:
         info = (await srv.http.get("/v1/info")).json()
         listed = {p["name"]: p for p in info["portraits"]}
         assert info["page_avatar"] in listed  # the page starts on a real person, as shipped

@@ -114,7 +114,8 @@ async def test_an_undeclared_body_over_the_cap_is_stopped_as_it_arrives(content_
 @pytest.mark.parametrize("path", ["/v1/sessions", "/v1/sessions/nope/offer"])
 async def test_an_undeclared_body_to_any_route_is_stopped_at_its_limit(path, tmp_path):
     settings = make_settings(max_image_bytes=64 * 1024)
-    limit = settings.max_image_bytes * 4 // 3 + 4096 if path == "/v1/sessions" else settings.max_sdp_bytes + 4096
+    limits = settings.limits
+    limit = limits.max_image_bytes * 4 // 3 + 4096 if path == "/v1/sessions" else limits.max_sdp_bytes + 4096
     async with running_server(settings, config="puppet") as srv, upload(srv.url, "", "application/json", path) as up:
         peak, (status, body) = await flood(up, 64 * CAP, ())
         assert (status, body["error"]["code"]) == (413, "body_too_large"), body

@@ -20,15 +20,16 @@ def test_nodes_run_the_gateways_settings_under_their_own_environment():
     passed = passed_to_nodes(gateway)
     assert "host" not in passed and "port" not in passed
     plain = node_settings(passed, {}, "10.1.2.3")
-    assert (plain.host, plain.port, plain.config, plain.auth_token) == ("10.1.2.3", 0, "puppet", "t0ken")
-    assert str(plain.public_address) == "203.0.113.7"
-    assert plain.ice_servers[0].urls == ["stun:stun.example:3478"]
+    assert (plain.network.host, plain.network.port) == ("10.1.2.3", 0)
+    assert (plain.engine.config, plain.access.auth_token) == ("puppet", "t0ken")
+    assert str(plain.network.public_address) == "203.0.113.7"
+    assert plain.network.ice_servers[0].urls == ["stun:stun.example:3478"]
     own = node_settings(passed, {"AVATAR_PUBLIC_ADDRESS": "198.51.100.2", "AVATAR_ICE_PORTS": "40000-40009",
                                  "AVATAR_ICE_SERVERS": "turn:u:p@turn.example:3478", "AVATAR_HOST": "0.0.0.0",
                                  "AVATAR_PORT": "8080"}, "10.1.2.3")
-    assert str(own.public_address) == "198.51.100.2" and own.ice_ports == (40000, 40009)
-    assert own.ice_servers[0].username == "u" and own.ice_servers[0].urls == ["turn:turn.example:3478"]
-    assert (own.host, own.port, own.config) == ("0.0.0.0", 8080, "puppet")
+    assert str(own.network.public_address) == "198.51.100.2" and own.network.ice_ports == (40000, 40009)
+    assert own.network.ice_servers[0].username == "u" and own.network.ice_servers[0].urls == ["turn:turn.example:3478"]
+    assert (own.network.host, own.network.port, own.engine.config) == ("0.0.0.0", 8080, "puppet")
     with pytest.raises(ValueError):
         node_settings(passed, {"AVATAR_ICE_PORTS": "nonsense"}, "10.1.2.3")
 

@@ -41,9 +41,10 @@ async def offer_sdp() -> str:
 
 def test_settings_parse_the_range_and_address():
     settings = Settings.from_env({"AVATAR_ICE_PORTS": "40000-40049", "AVATAR_PUBLIC_ADDRESS": "203.0.113.7"})
-    assert IceNetwork.of(settings.ice_ports, settings.public_address) == IceNetwork((40000, 40049), "203.0.113.7")
+    network = settings.network
+    assert IceNetwork.of(network.ice_ports, network.public_address) == IceNetwork((40000, 40049), "203.0.113.7")
     default = Settings.from_env({})
-    assert IceNetwork.of(default.ice_ports, default.public_address).is_default
+    assert IceNetwork.of(default.network.ice_ports, default.network.public_address).is_default
     for bad in ("40000", "50000-40000", "80-90", "a-b"):
         with pytest.raises(ValueError):
             Settings.from_env({"AVATAR_ICE_PORTS": bad})

@@ -65,7 +65,7 @@ def test_missing_backend_is_a_clear_error(monkeypatch, capsys):
         tts.create_backend("piper", SR)  # the voice layer has Piper's voices only as it is given them
     with pytest.raises(tts.TTSUnavailable, match="unknown TTS backend"):
         create_backend("festival", SR)
-    assert Settings.from_env({"AVATAR_TTS": "piper"}).tts == "piper"
+    assert Settings.from_env({"AVATAR_TTS": "piper"}).speech.tts == "piper"
     # `avatar serve` refuses to start with a backend that is not there, in one line.
     assert cli.main(["serve", "--tts", "piper", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -12,8 +12,8 @@ from server.config import Settings
 
 
 def test_piper_is_the_default_backend():
-    assert Settings.from_env({}).tts == "piper"
-    assert Settings.from_env({"AVATAR_TTS": "espeak"}).tts == "espeak"
+    assert Settings.from_env({}).speech.tts == "piper"
+    assert Settings.from_env({"AVATAR_TTS": "espeak"}).speech.tts == "espeak"
 
 
 async def test_server_without_espeak_starts_and_speaks(monkeypatch, tmp_path):
