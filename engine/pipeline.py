@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from engine.photo.avatar import PhotoAvatar
     from engine.puppet import Identity
     from engine.puppet.engine import PuppetPipeline
-    from engine.stages.redraw import Redraw, RedrawState
+    from engine.stages.redraw import Heard, Redraw, RedrawState
 
 
 def image_to_tensor(image: np.ndarray, height: int, width: int) -> torch.Tensor:
@@ -446,7 +446,10 @@ class Pipeline(ConfiguredEngine):
         if not redrawn:
             return frames
         with _timed(timings, "redraw"):
-            made, states = self._redraw_stage()([frames[i] for i in redrawn], [sessions[i].redraw for i in redrawn])
+            heard = [sessions[i].heard_audio(range(f[0].index, f[-1].index + 1)) if (f := frames[i]) else None
+                     for i in redrawn]
+            made, states = self._redraw_stage()([frames[i] for i in redrawn], [sessions[i].redraw for i in redrawn],
+                                                heard)
         frames = list(frames)
         for i, f, st in zip(redrawn, made, states, strict=True):
             frames[i], sessions[i].redraw = f, st
@@ -467,13 +470,12 @@ class Pipeline(ConfiguredEngine):
             motions, states = stage.read_latents([s.state.latents.get(lo, hi) for s, (lo, hi) in
                                                   zip(sessions, spans, strict=True)], slots,
                                                  [s.redraw for s in sessions])
-            audio = [self._audio(s, lo, hi) for s, (lo, hi) in zip(sessions, spans, strict=True)]
-            spf = self.config.samples_per_frame
-            images, states = stage.draw(motions, states, [a[:len(f) * spf] for a, f in zip(audio, shown, strict=True)])
+            heard = [s.heard_audio(f) for s, f in zip(sessions, shown, strict=True)]
+            images, states = stage.draw(motions, states, heard)
             out = []
-            for s, (lo, hi), frames, made, st, a in zip(sessions, spans, shown, images, states, audio, strict=True):
+            for s, (lo, hi), frames, made, st in zip(sessions, spans, shown, images, states, strict=True):
                 s.redraw = st
-                out.append(stamped(frames, made, lo, a, s.state.latents.origins(lo, hi),
+                out.append(stamped(frames, made, lo, self._audio(s, lo, hi), s.state.latents.origins(lo, hi),
                                    self.config.fps, self.config.audio.sample_rate, td))
         return out
 
@@ -553,7 +555,7 @@ class StreamSession(AudioFed):
                 return ChunkWork(BatchKey("tail", 0, False, self.pipe.batch_engine, owner=id(self)), None, schedule)
             schedule = schedule.switched(quality.interp, c.next_n)
             plan = schedule.n_chunk(c.next_n)
-            needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
+            needed = max(self.pipe.context_gen.audio_span(plan.span).samples[1], self.heard_needs(plan.publish))
             if not self.audio.closed and self.audio.total < needed:
                 return None
             steps, guided = quality.steps or self.steps, quality.guidance and cfg.audio_guidance != 1.0
@@ -566,6 +568,25 @@ class StreamSession(AudioFed):
                        (plan.generate[0] - s0, plan.generate[1] - s0), history, hi - lo, lo == 0 and hi > lo,
                        schedule.config.interp, render=self.render)
         return ChunkWork(key, plan, schedule)
+
+    def heard_needs(self, publish: tuple[int, int]) -> int:
+        """Samples the heard mouths of latents ``publish``'s frames need (0 for a session that does
+        not hear): through the tracker's lookahead past the last frame."""
+        heard = self.redraw.heard if self.redraw is not None else None
+        lo, hi = publish
+        if heard is None or hi <= lo:
+            return 0
+        return frame_span(lo, hi - lo, self._td)[1] * self._spf + heard.lookahead
+
+    def heard_audio(self, frames: range) -> Heard | None:
+        """A hearing session's audio for the mouths of ``frames``: from what it heard before through
+        their lookahead, and whether the stream ends there (None for a session that does not hear)."""
+        heard = self.redraw.heard if self.redraw is not None else None
+        if heard is None or not len(frames):
+            return None
+        end = frames[-1] * self._spf + self._spf + heard.lookahead
+        final = self.audio.closed and self.audio.total < end
+        return self.audio.read(heard.heard, min(end, self.audio.total)), final
 
     def batch_key(self) -> BatchKey | None:
         """What this session's next chunk shares with others it can run in one batch with;

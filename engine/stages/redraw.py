@@ -16,8 +16,9 @@ Where a session hears its own audio (``RedrawState.heard``, a streaming ``MouthT
 comes from the phones a speech recogniser trained on real voices hears, not from the DiT's face:
 the DiT learnt its mouth from synthetic voices and follows a real voice little better than its
 loudness, while the heard phones close the lips on p/b/m and round them on oo whoever speaks. The
-head, eyes and brows stay the DiT's. A frame's mouth comes from the phones heard up to its own
-end, so it waits for no audio the chunk does not already wait for.
+head, eyes and brows stay the DiT's. A frame's mouth comes from the phones heard through 80 ms past
+its end (the recogniser settles on a phone about that late), so a redrawn session's chunks wait that
+long past their last frame (the DiT alone needs 32.5 ms).
 
 A session also carries how much its face is talking: an envelope of the read mouth's
 openness that rises within a few frames of speech and falls over about a second of silence
@@ -39,7 +40,7 @@ from engine.frames import PublishedFrame
 from engine.photo.latent_reader import CONTEXT, LatentMotionReader, continuous, stack_inputs, to_states
 from engine.photo.reader import MotionReader, ReferenceCrops, read_motion, reference_crops
 from engine.puppet import FaceState
-from engine.puppet.mouth import MouthTracker
+from engine.puppet.mouth import LOOKAHEAD_FRAMES, MouthTrack, MouthTracker
 
 # Share of the previous frame's head pose kept per frame: reading pose from one soft frame is
 # noisier than the pose itself moves in 40 ms. The mouth and the eyelids are never smoothed.
@@ -49,10 +50,13 @@ POSE = ("yaw", "pitch", "roll", "tx", "ty")
 # its distance to 1 while speech lasts (~4 frames) and to 0 in silence (~1.3 s at 25 fps).
 SPEAKING = 0.15
 TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
-# Frames of audio past a redrawn frame the heard mouth waits for: none, so it answers within the
-# chunk's own audio (settled phones, two frames later, follow real mouths a little closer).
-HEARD_LOOKAHEAD_FRAMES = 0
+# Frames of audio past a redrawn frame the heard mouth waits for: the recogniser settles on a phone
+# about that late. With none the mouth answers sooner but 1.5-2 frames behind the voice.
+HEARD_LOOKAHEAD_FRAMES = LOOKAHEAD_FRAMES
 HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame
+
+
+Heard = tuple[np.ndarray, bool]  # a hearing session's next audio, and whether its stream ends there
 
 
 class Drawer(Protocol):
@@ -98,10 +102,11 @@ def smooth_pose(state: FaceState, last: FaceState | None, smoothing: float = POS
 @dataclass
 class HeardMouth:
     """A redrawn session's ear: a streaming ``MouthTracker`` over its audio, and a light one-pole
-    ease on what it hears. Phones not yet settled switch from frame to frame; eased by
-    ``HEARD_EASE`` a frame the mouth moves as smoothly as real mouths do (second over first
-    temporal difference of the opening 1.3, real speakers 1.1-1.6) at no cost to how well it
-    follows them."""
+    ease on what it hears. A frame's mouth waits for ``lookahead`` samples of audio past its end
+    (the phones settle), so the session's chunks wait for them too. Phones switch from frame to
+    frame; eased by ``HEARD_EASE`` a frame the mouth moves as smoothly as real mouths do (second
+    over first temporal difference of the opening 1.3, real speakers 1.1-1.6) at no cost to how
+    well it follows them."""
 
     tracker: MouthTracker
     eased: np.ndarray | None = None  # the last frame's (openness, closed, open, rounded, wide)
@@ -110,9 +115,24 @@ class HeardMouth:
     def of(cls, sample_rate: int, fps: int) -> HeardMouth:
         return cls(MouthTracker(sample_rate, fps, lookahead_frames=HEARD_LOOKAHEAD_FRAMES))
 
-    def hear(self, audio: np.ndarray) -> np.ndarray:
-        """The samples under the next frames -> their eased mouths, (frames, 5)."""
+    @property
+    def heard(self) -> int:
+        """Samples of the session's audio heard so far (the next ``hear`` continues from here)."""
+        return self.tracker.received
+
+    @property
+    def lookahead(self) -> int:
+        """Samples past a frame's end its mouth waits for."""
+        return self.tracker.lookahead
+
+    def hear(self, audio: np.ndarray, final: bool = False) -> np.ndarray:
+        """The audio from ``heard`` on -> the eased mouths of the frames it settles, (frames, 5);
+        ``final``: the audio ends there, so every frame it covers is made (and nothing after)."""
+        if self.tracker.closed:
+            return np.zeros((0, 5))
         track = self.tracker.push(np.asarray(audio, np.float32))
+        if final:
+            track = MouthTrack.concat([track, self.tracker.close()], track.fps)
         heard = np.concatenate([track.openness[:, None], track.weights], axis=1).astype(np.float64)
         out = np.empty_like(heard)
         y = heard[0] if self.eased is None and len(heard) else self.eased
@@ -124,10 +144,11 @@ class HeardMouth:
         return out
 
 
-def heard_mouths(motions: Sequence[FaceState], heard: HeardMouth, audio: np.ndarray) -> list[FaceState]:
-    """``motions`` with their mouths replaced by those ``heard`` in ``audio`` (the samples under
-    exactly these frames, continuing what it heard before)."""
-    mouths = heard.hear(audio)
+def heard_mouths(motions: Sequence[FaceState], heard: HeardMouth, audio: np.ndarray,
+                 final: bool = False) -> list[FaceState]:
+    """``motions`` with their mouths replaced by those ``heard`` in ``audio`` (continuing what it
+    heard before, through these frames' lookahead; ``final``: the stream's last audio)."""
+    mouths = heard.hear(audio, final)
     out = []
     for k, motion in enumerate(motions):
         if k >= len(mouths):  # not heard yet (audio short of the frames): the DiT's mouth
@@ -152,17 +173,17 @@ class Redraw:
         self.reader = reader
         self.latent_reader = latent_reader
 
-    def __call__(self, frames: Sequence[list[PublishedFrame]],
-                 states: Sequence[RedrawState]) -> tuple[list[list[PublishedFrame]], list[RedrawState]]:
-        """Decoded driver frames -> the same frames drawn at the motion read off them."""
+    def __call__(self, frames: Sequence[list[PublishedFrame]], states: Sequence[RedrawState],
+                 heard: Sequence[Heard | None] | None = None) -> tuple[list[list[PublishedFrame]], list[RedrawState]]:
+        """Decoded driver frames -> the same frames drawn at the motion read off them (``heard``: as
+        for :meth:`draw`)."""
         counts = [len(f) for f in frames]
         if not sum(counts):
             return [list(f) for f in frames], list(states)
         driver = np.stack([p.rgb for f in frames for p in f])
         refs = tuple(torch.cat(tower) for tower in zip(*(st.driver_crops for st in states), strict=True))
         read = iter(read_motion(driver, refs, self.reader, repeats=torch.tensor(counts)))
-        audio = [np.concatenate([p.audio for p in f]) if f else np.zeros(0, np.float32) for f in frames]
-        images, new_states = self.draw([[next(read) for _ in f] for f in frames], states, audio)
+        images, new_states = self.draw([[next(read) for _ in f] for f in frames], states, heard)
         return ([[dataclasses.replace(p, rgb=rgb) for p, rgb in zip(f, made, strict=True)]
                  for f, made in zip(frames, images, strict=True)], new_states)
 
@@ -192,15 +213,15 @@ class Redraw:
         return out, kept
 
     def draw(self, motions: Sequence[Sequence[FaceState]], states: Sequence[RedrawState],
-             audio: Sequence[np.ndarray] | None = None) -> tuple[list[list[np.ndarray]], list[RedrawState]]:
+             heard: Sequence[Heard | None] | None = None) -> tuple[list[list[np.ndarray]], list[RedrawState]]:
         """Each session's frames drawn at its read motions (pose smoothed, talking envelope kept);
-        ``audio``: each session's samples under its frames, which a session that hears gets its
-        mouths from."""
+        ``heard``: for each session that hears, its audio from what it heard before through its
+        frames' lookahead, and whether the stream ends there: its mouths come from that."""
         images: list[list[np.ndarray]] = []
         new_states: list[RedrawState] = []
         for i, (session_motions, state) in enumerate(zip(motions, states, strict=True)):
-            if state.heard is not None and audio is not None:
-                session_motions = heard_mouths(session_motions, state.heard, audio[i])
+            if state.heard is not None and heard is not None and heard[i] is not None:
+                session_motions = heard_mouths(session_motions, state.heard, *heard[i])
             last, talking, made = state.last, state.talking, []
             for motion in session_motions:
                 last = smooth_pose(motion, last)

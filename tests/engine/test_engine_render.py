@@ -148,7 +148,7 @@ def test_a_drawn_render_is_the_avatar_drawn_sharp_at_the_generated_motion(speech
     from engine.media.audio_io import load_audio
     from engine.stages.redraw import HeardMouth
 
-    heard = HeardMouth.of(16000, 25).hear(load_audio(speech_wav, 16000))[:, 0]
+    heard = HeardMouth.of(16000, 25).hear(load_audio(speech_wav, 16000), final=True)[:, 0]
     n = min(len(heard), len(drawn))
     follows_heard = np.corrcoef(motion(drawn)[:n], heard[:n])[0, 1]
     follows_generated = np.corrcoef(motion(drawn), motion(decoded))[0, 1]

@@ -45,8 +45,10 @@ def test_shipped_checkpoint_lip_syncs_a_held_out_clip_without_seams() -> None:
     (one latent a chunk) and with that preset's frames drawn by the renderer: the mouth follows
     the speech at the right lag, without chunk seams, and the face stays its reference. The shipped
     weights learned the loudness envelope (the mouth truth before it came from phones): against
-    the envelope r >= 0.8 (measured 0.92 / 0.91 / 0.90 over the four clips), against the mouth of
-    the phones the speech says r >= 0.45 (measured 0.51 / 0.56 / 0.53 on this clip), lag 0."""
+    the envelope r >= 0.8 (measured 0.92 / 0.91 over the four clips), against the mouth of the
+    phones the speech says r >= 0.45 (measured 0.51 / 0.56 on this clip), lag 0. Drawn frames take
+    their mouths from the phones heard in the audio, not from the weights: against the phones said
+    r >= 0.55 (measured 0.63; 0.56 with the weights' mouth), lag 0."""
     from engine.eval.material import make_clip
     from engine.eval.run import evaluate_clips
 
@@ -57,8 +59,9 @@ def test_shipped_checkpoint_lip_syncs_a_held_out_clip_without_seams() -> None:
                             lambda _: None)
     for label in ("tiny", "fast", "drawn"):
         scores = result[label]
-        assert scores["lip_sync"]["pearson_r"] >= 0.45, (label, scores["lip_sync"])
-        assert scores["lip_sync_envelope"]["pearson_r"] >= 0.8, (label, scores["lip_sync_envelope"])
+        assert scores["lip_sync"]["pearson_r"] >= (0.55 if label == "drawn" else 0.45), (label, scores["lip_sync"])
+        if label != "drawn":  # the weights' own mouth
+            assert scores["lip_sync_envelope"]["pearson_r"] >= 0.8, (label, scores["lip_sync_envelope"])
         assert abs(scores["lip_sync"]["best_lag"]) <= 1
         assert scores["seam_ratio"] <= 1.2
         assert scores["appearance"] >= 0.99, (label, scores["appearance"])
