@@ -432,14 +432,19 @@ def budget_table(rows: dict[str, list[dict[str, float]]]) -> list[str]:
     return lines
 
 
-def lookahead_samples(config_name: str) -> int:
-    """Audio a chunk reads past its last frame (what ContextGen cuts)."""
+def lookahead_samples(config_name: str, redrawn: bool) -> int:
+    """Audio a chunk waits for past its last frame: what ContextGen cuts, or for a redrawn session
+    (a photo, a drawn avatar) what its heard mouth waits for, if longer."""
     from engine.config import PUPPET, get_config
     from engine.modules.audio_encoder import AudioEncoder
+    from engine.puppet.mouth import MouthTracker
+    from engine.stages.redraw import HEARD_LOOKAHEAD_FRAMES
 
-    if config_name == PUPPET:  # the procedural engine draws each frame from its own audio
-        return 0
-    return AudioEncoder.lookahead_samples(get_config(config_name))
+    config = get_config(config_name)
+    heard = MouthTracker.lookahead_samples(config.audio.sample_rate, config.fps, HEARD_LOOKAHEAD_FRAMES)
+    if config_name == PUPPET:  # the procedural engine draws each frame's mouth from the phones it hears
+        return heard
+    return max(AudioEncoder.lookahead_samples(config), heard if redrawn else 0)
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -462,7 +467,7 @@ async def main(argv: list[str] | None = None) -> int:
     async with spawned_server(args.config, threads=args.threads, max_sessions=args.load + 1, startup_s=180) as srv:
         info = (await srv.http.get("/v1/info")).json()
         load = await Load.start(srv, {"quality": args.quality}, args.load)
-        info["lookahead_samples"] = lookahead_samples(args.config)
+        info["lookahead_samples"] = lookahead_samples(args.config, bool(args.image) or info.get("drawn", False))
         body: dict = {"quality": args.quality}
         if args.image:
             photo = Path(args.image).read_bytes()
