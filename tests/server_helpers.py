@@ -36,7 +36,6 @@ from server.api.uvicorn_config import server_config
 from server.client import offer_media
 from server.config import Settings
 from server.node.supervisor import free_port
-from server.voice.tts import _read_wav
 
 VIDEO_CLOCK, OPUS_CLOCK = 90_000, 48_000
 # aiortc's receiver releases an audio frame once 4 later packets are buffered (prefetch) and a
@@ -83,10 +82,11 @@ def speech_pcm16(rate: int = 16000) -> np.ndarray:
     """A few seconds of real speech from espeak-ng, int16 mono at ``rate``."""
     import subprocess
 
+    from engine.media.espeak import command, read_wav
     from server.media.audio import float_to_pcm16, resample_pcm16
 
-    wav = subprocess.run(["espeak-ng", "--stdout", ESPEAK_TEXT], check=True, capture_output=True).stdout
-    src_rate, pcm = _read_wav(wav)
+    wav = subprocess.run(command(ESPEAK_TEXT, voice="en"), check=True, capture_output=True).stdout
+    pcm, src_rate = read_wav(wav)
     return float_to_pcm16(resample_pcm16(pcm, src_rate, rate))
 
 

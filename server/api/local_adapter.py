@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.media import piper, vad
+from engine.media import espeak, piper, vad
 from engine.media.mp4 import Mp4Writer
 from engine.personal import enroll as enrolment
 from engine.personal import store
@@ -96,10 +96,11 @@ def enroll(path: Path, progress: Callable[[float, str], None] | None,
 
 
 def local_engine() -> LocalEngine:
-    return LocalEngine(mp4_writer=Mp4Writer, voice_activity=SileroActivity, piper=piper,
+    return LocalEngine(mp4_writer=Mp4Writer, voice_activity=SileroActivity, piper=piper, espeak=espeak,
                        avatar_store=AvatarStore, enroll=enroll)
 
 
 def create_backend(name: tts.Backend, sample_rate: int, piper_model: Path | None = None) -> tts.TTSBackend:
-    """The configured TTS backend, Piper's voices from the engine (``server.voice.tts.create_backend``)."""
-    return tts.create_backend(name, sample_rate, piper_model, piper)
+    """The configured TTS backend, Piper's voices and the espeak-ng program from the engine
+    (``server.voice.tts.create_backend``)."""
+    return tts.create_backend(name, sample_rate, piper_model, piper, espeak)

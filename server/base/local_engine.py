@@ -1,6 +1,6 @@
 """The engine's code the web process runs itself, beside its sessions, as the server's lower layers
 see it: the MP4 writer behind recordings, the voice activity model behind barge-in, the Piper
-voices behind the TTS, and personal avatars' store and enrolment.
+voices and the espeak-ng program behind the TTS, and personal avatars' store and enrolment.
 
 All are ports: :class:`LocalEngine` bundles their makers, built over the engine at the top
 (``server.api.local_adapter``) and handed down with the engine's view; the errors they raise are
@@ -45,6 +45,14 @@ class VadUnavailable(RuntimeError):
 def no_voice_activity() -> VoiceActivity:
     """The maker where no model was given: voice activity is unavailable."""
     raise VadUnavailable("no voice activity model was given to this session")
+
+
+class EspeakProgram(Protocol):
+    """espeak-ng as a program: the command line that speaks a text as WAV on stdout, and that WAV read."""
+
+    def command(self, text: str, voice: str = ...) -> list[str]: ...
+
+    def read_wav(self, data: bytes) -> tuple[np.ndarray, int]: ...  # (int16 mono samples, sample rate)
 
 
 class PiperVoices(Protocol):
@@ -126,5 +134,6 @@ class LocalEngine:
     mp4_writer: Callable[[Path, int, int, int, int], Mp4Sink]  # (path, width, height, fps, sample_rate)
     voice_activity: Callable[[], VoiceActivity]  # VadUnavailable if the model cannot run
     piper: PiperVoices
+    espeak: EspeakProgram
     avatar_store: Callable[[str | Path | None], AvatarStore]
     enroll: Enroll

@@ -58,7 +58,7 @@ class SpeechIntake:
         self.sample_rate = sample_rate
         self.max_text_chars = max_text_chars
         self.voice = voice
-        self.backend = backend or tts.EspeakTTS(sample_rate)
+        self.backend = backend or tts.NoSpeech()
         self._emit = emit
         self._metrics = metrics
         self._on_rename = on_rename

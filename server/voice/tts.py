@@ -6,30 +6,25 @@ sentences and each sentence is synthesised on its own, so the avatar starts spea
 first sentence while the rest is still being synthesised: time to first sound depends on
 the first sentence, not on the whole text.
 
-espeak-ng runs as a subprocess (never blocks the event loop); its ``--stdout`` wav has
-placeholder sizes in its header (it is written as a stream), so the data chunk is read to
-the end rather than trusted. Piper runs an ONNX model in a worker thread with one
-onnxruntime thread, so it never takes the engine's cores.
+espeak-ng runs as a subprocess (never blocks the event loop), its command line and its WAV read
+by the engine's one espeak-ng wrapper (handed in as an ``EspeakProgram``). Piper runs an ONNX model
+in a worker thread with one onnxruntime thread, so it never takes the engine's cores.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import re
-import shutil
 import threading
-import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 
-from server.base.local_engine import PiperVoices
+from server.base.local_engine import EspeakProgram, PiperVoices
 from server.media.audio import float_to_pcm16, resample_pcm16
 
-ESPEAK = "espeak-ng"
 Backend = Literal["espeak", "piper"]
 # Sentences longer than this are split again at commas, so a long first sentence still starts quickly.
 MAX_SENTENCE_CHARS = 160
@@ -102,58 +97,52 @@ async def stream(backend: TTSBackend, text: str, voice: str | None = None) -> As
 # ---- espeak-ng ----------------------------------------------------------------------------
 
 
-def available() -> bool:
-    return shutil.which(ESPEAK) is not None
-
-
 class EspeakTTS:
     name = "espeak"
     default_voice = "en-us"
 
-    def __init__(self, sample_rate: int, timeout_s: float = 30.0) -> None:
+    def __init__(self, sample_rate: int, program: EspeakProgram, timeout_s: float = 30.0) -> None:
         self.sample_rate = sample_rate
+        self.program = program
         self.timeout_s = timeout_s
 
     async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
-        return await synthesize(text, self.sample_rate, voice or self.default_voice, self.timeout_s)
+        return await synthesize(text, self.sample_rate, self.program, voice or self.default_voice, self.timeout_s)
 
 
-async def synthesize(text: str, sample_rate: int, voice: str = "en-us", timeout_s: float = 30.0) -> np.ndarray:
+async def synthesize(text: str, sample_rate: int, program: EspeakProgram, voice: str = "en-us",
+                     timeout_s: float = 30.0) -> np.ndarray:
     """Speak ``text`` with espeak-ng; float32 mono at ``sample_rate``."""
+    command = program.command(text, voice)
     try:
         proc = await asyncio.create_subprocess_exec(
-            ESPEAK,
-            "--stdout",
-            "-v",
-            voice,
-            "--",
-            text,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
     except FileNotFoundError as exc:
-        raise TTSUnavailable(f"{ESPEAK} is not installed (Debian/Ubuntu: apt-get install espeak-ng)") from exc
+        raise TTSUnavailable(f"{command[0]} is not installed (Debian/Ubuntu: apt-get install espeak-ng)") from exc
     try:
         wav, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError as exc:
         proc.kill()
         await proc.wait()
-        raise TTSError(f"{ESPEAK} took longer than {timeout_s:.0f} s") from exc
+        raise TTSError(f"{command[0]} took longer than {timeout_s:.0f} s") from exc
     if proc.returncode != 0 or not wav:
-        raise TTSError(f"{ESPEAK} failed: {err.decode(errors='replace').strip() or proc.returncode}")
-    rate, pcm = _read_wav(wav)
+        raise TTSError(f"{command[0]} failed: {err.decode(errors='replace').strip() or proc.returncode}")
+    try:
+        pcm, rate = program.read_wav(wav)
+    except (ValueError, EOFError) as exc:
+        raise TTSError(f"{command[0]} wrote no readable WAV: {exc}") from exc
     return resample_pcm16(pcm, rate, sample_rate)
 
 
-def _read_wav(data: bytes) -> tuple[int, np.ndarray]:
-    with wave.open(io.BytesIO(data)) as w:
-        if w.getsampwidth() != 2:
-            raise TTSError(f"unexpected sample width {w.getsampwidth()}")
-        rate, channels = w.getframerate(), w.getnchannels()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-    if channels > 1:
-        pcm = pcm[: pcm.size // channels * channels].reshape(-1, channels).mean(axis=1).astype(np.int16)
-    return rate, pcm
+class NoSpeech:
+    """What ``speak`` gets where no text-to-speech backend was given."""
+
+    name = "none"
+    default_voice = ""
+
+    async def synthesize(self, text: str, voice: str | None = None) -> np.ndarray:
+        raise TTSUnavailable("this server has no text-to-speech backend")
 
 
 # ---- Piper --------------------------------------------------------------------------------
@@ -202,16 +191,18 @@ class PiperTTS:
 
 
 def create_backend(name: Backend, sample_rate: int, piper_model: Path | None = None,
-                   piper: PiperVoices | None = None) -> TTSBackend:
-    """The configured backend, Piper's voices from ``piper``; raises :class:`TTSUnavailable` with an
-    install hint when it is missing.
+                   piper: PiperVoices | None = None, espeak: EspeakProgram | None = None) -> TTSBackend:
+    """The configured backend, Piper's voices from ``piper``, espeak-ng from ``espeak``; raises
+    :class:`TTSUnavailable` with an install hint when it is missing.
 
     espeak-ng is checked lazily (a server without it still serves mirror mode and pushed audio; ``speak``
     answers with a ``tts_unavailable`` error), Piper eagerly (choosing it and not having it is a
     configuration mistake worth failing on at start-up).
     """
     if name == "espeak":
-        return EspeakTTS(sample_rate)
+        if espeak is None:
+            raise TTSUnavailable("the espeak backend was given no espeak-ng program")
+        return EspeakTTS(sample_rate, espeak)
     if name == "piper":
         if piper is None:
             raise TTSUnavailable("the Piper backend was given no Piper voices")

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from engine.media import piper
+from engine.media import espeak, piper
 from engine.personal import store
 from server.base import local_engine
 from server.base.local_engine import EnrollError, EnrollTimeout, StoreError, VadUnavailable, no_voice_activity
@@ -33,9 +33,11 @@ def test_the_engines_piper_module_and_store_fit_their_ports(tmp_path) -> None:
     wanted = {n for n in vars(local_engine.AvatarStore) if not n.startswith("_") or n == "__contains__"}
     assert wanted == {"root", "check_name", "__contains__", "save", "load", "info", "list", "remove"}
     assert all(hasattr(store.AvatarStore(tmp_path), name) for name in wanted)
+    program = {n for n in vars(local_engine.EspeakProgram) if not n.startswith("_")}
+    assert program == {"command", "read_wav"} and all(hasattr(espeak, name) for name in program)
 
 
 def test_the_bundle_of_makers_is_a_frozen_value() -> None:
     fields = [f.name for f in dataclasses.fields(local_engine.LocalEngine)]
-    assert fields == ["mp4_writer", "voice_activity", "piper", "avatar_store", "enroll"]
+    assert fields == ["mp4_writer", "voice_activity", "piper", "espeak", "avatar_store", "enroll"]
     assert local_engine.LocalEngine.__dataclass_params__.frozen  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ import pytest
 from agent_helpers import live_session
 from server_helpers import loopback_only, make_settings, running_server, wait_until
 
+from engine.media import espeak
 from server import cli
 from server.api.local_adapter import create_backend
 from server.base.metrics import ServerMetrics
@@ -125,7 +126,7 @@ async def test_first_sentence_is_queued_before_the_rest_is_synthesised():
         assert speech.pending_samples == 0 and len(speech) == 0 and len(backend.calls) == 2
         # A synthesis failure is an error event naming the utterance.
         intake.speak("Hello.", "u3", "nonexistent")
-        intake.backend = tts.EspeakTTS(SR)
+        intake.backend = tts.EspeakTTS(SR, espeak)
         assert await wait_until(lambda: isinstance(events[-1], ErrorEvent), 10)
         error = events[-1]
         assert isinstance(error, ErrorEvent) and error.code == "tts_failed" and error.utterance_id == "u3"
