@@ -569,6 +569,12 @@ class StreamSession(AudioFed):
                        schedule.config.interp, render=self.render)
         return ChunkWork(key, plan, schedule)
 
+    @property
+    def first_chunk_samples(self) -> int:
+        """Audio this session's first chunk needs before it can run: its context's lookahead, or
+        its heard mouths' if longer."""
+        return max(self.pipe.first_chunk_samples, self.heard_needs(self.schedule.n_chunk(0).publish))
+
     def heard_needs(self, publish: tuple[int, int]) -> int:
         """Samples the heard mouths of latents ``publish``'s frames need (0 for a session that does
         not hear): through the tracker's lookahead past the last frame."""

@@ -149,6 +149,10 @@ class PuppetSession(AudioFed):
     def frame_size(self) -> tuple[int, int]:
         return self.pipe.frame_size
 
+    @property
+    def first_chunk_samples(self) -> int:
+        return self.pipe.first_chunk_samples
+
     def set_quality(self, quality: Quality) -> None:
         """Kept and reported, nothing more: the puppet has no I chunks, steps or guidance."""
         self.quality = quality

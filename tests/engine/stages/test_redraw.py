@@ -215,3 +215,19 @@ def test_a_hearing_session_rests_its_mouth_in_silence_though_the_dit_reads_it_op
     assert after.last is not None and after.last.openness == pytest.approx(REST_OPENNESS, abs=0.02)
     (deaf,), _ = Redraw().draw([wide_open], [RedrawState(PuppetRig(ada, 64), reference_image(ada, 64))])
     assert not np.array_equal(images[-1], deaf[-1]), "without hearing the DiT's open mouth is drawn"
+
+
+def test_a_hearing_session_runs_its_first_chunk_once_its_mouths_lookahead_is_in() -> None:
+    """A drawn session's first chunk waits for the heard mouth's 80 ms past its frames (what the
+    server feeds before the clock starts), a decoded one only for the DiT's lookahead."""
+    from engine.pipeline import Pipeline
+
+    pipe = Pipeline.from_config("tiny").preset("fast")
+    drawn, decoded = pipe.open_session(drawn=True), pipe.open_session()
+    assert decoded.first_chunk_samples == pipe.first_chunk_samples
+    assert drawn.first_chunk_samples == max(pipe.first_chunk_samples, SPF + 2 * SPF)
+    for session in (drawn, decoded):
+        session.feed(np.zeros(session.first_chunk_samples - 1, np.float32))
+        assert not session.ready()
+        session.feed(np.zeros(1, np.float32))
+        assert session.ready() and len(session.step()) == 1
