@@ -102,9 +102,12 @@ async def test_mirror_then_agent_session_end_to_end(monkeypatch, tmp_path):
         kinds = [e["type"] for _, e in events.items]
         assert kinds[0] == "session.ready"
         u3 = next(e for e in events.of("playback.finished") if e["utterance_id"] == "u3")
-        u3_len = next(e for e in events.of("utterance.queued") if e["utterance_id"] == "u3")["duration_s"]
         u3_start = next(e for e in events.of("playback.started") if e["utterance_id"] == "u3")["pts"]
-        assert u3["interrupted"] and u3["pts"] - u3_start < u3_len - 1.0
+        # The sentence lasts about 6 s; cut right after it started, it played a fraction of that (and may
+        # never have been complete, so never queued, when the cut came).
+        assert u3["interrupted"] and u3["pts"] - u3_start < 2.0, (u3, u3_start)
+        for queued in events.of("utterance.queued", "u3"):
+            assert u3["pts"] - u3_start < queued["duration_s"] - 1.0
         for uid in ("u1", "u2", "u3"):
             assert events.index("playback.started", uid) < events.index("playback.finished", uid)
         for uid in ("u1", "u2"):
