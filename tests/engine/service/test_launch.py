@@ -17,6 +17,7 @@ from multiprocessing.connection import Listener
 
 import numpy as np
 import pytest
+from server_helpers import wait_until
 
 from engine.service.launch import ConnectionHandle, NodeHandle
 from engine.service.messages import WorkerFailed
@@ -35,15 +36,6 @@ async def lag_while(seconds: float) -> np.ndarray:
         await asyncio.sleep(0.001)
         ticks.append(time.monotonic() - t - 0.001)
     return np.array(ticks)
-
-
-async def wait_until(check, timeout_s: float) -> bool:
-    end = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > end:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def assert_ticking(lag: np.ndarray) -> None:
@@ -114,9 +106,10 @@ async def test_what_is_sent_during_a_slow_handshake_is_sent_after_it_in_order(tm
     opts = options(tmp_path)
     listener = Listener(opts.address, family="AF_UNIX", authkey=KEY)
     got: list = []
+    answer = threading.Event()
 
-    def worker() -> None:  # answers the handshake late, then reads two messages and answers one
-        time.sleep(0.5)
+    def worker() -> None:  # answers the handshake when the test lets it, then reads two messages, answers one
+        answer.wait(5.0)
         with listener.accept() as conn:
             got.extend([conn.recv(), conn.recv()])
             conn.send("ready")
@@ -131,6 +124,8 @@ async def test_what_is_sent_during_a_slow_handshake_is_sent_after_it_in_order(tm
     send("first")
     send("second")
     assert_ticking(await lag_while(0.3))  # the handshake is under way meanwhile
+    assert not got, "nothing goes out before the handshake"
+    answer.set()
     assert await wait_until(lambda: said, 5.0)
     assert got == ["first", "second"] and said == ["ready"] and handle.alive()
     handle.kill()
@@ -181,6 +176,6 @@ def no_threads_left_behind():
     """Every reader thread a test started ends once its handle is disconnected or its connection ends."""
     yield
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(t.name.endswith("-reader") for t in threading.enumerate()):
-        time.sleep(0.05)
+    for thread in [t for t in threading.enumerate() if t.name.endswith("-reader")]:
+        thread.join(max(0.0, deadline - time.monotonic()))
     assert not [t.name for t in threading.enumerate() if t.name.startswith("test-outbox-reader")]

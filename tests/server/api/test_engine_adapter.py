@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from image_helpers import encode
 from PIL import Image
+from server_helpers import wait_until
 
 from engine.frames import PublishedFrame
 from engine.service.client import EngineError as EngineClientError
@@ -81,7 +82,7 @@ async def test_frames_reach_the_sink_a_chunk_at_a_time_until_the_engine_loses_th
         stream.refs.put_nowait(frame(i))
     sink = Sink()
     delivering = asyncio.create_task(link.deliver(sink))
-    await asyncio.sleep(0.01)  # a chunk's worth, then what had arrived
+    assert await wait_until(lambda: len(sink.taken) == 2, 5.0)  # a chunk's worth, then what had arrived
     stream.refs.put_nowait(None)
     with pytest.raises(EngineError) as lost:
         await delivering
@@ -113,7 +114,7 @@ async def test_quality_changes_reach_their_callback() -> None:
     task = asyncio.create_task(link.quality_changes(seen.append))
     change = SimpleNamespace(level=1, name="fewer-steps", reason="behind")
     stream.quality_events.put_nowait(change)
-    await asyncio.sleep(0.01)
+    assert await wait_until(lambda: seen, 5.0)
     task.cancel()
     assert seen == [change]
 
