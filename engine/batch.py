@@ -25,11 +25,16 @@ class Render(StrEnum):
     PHOTO = "photo"  # a photo avatar's rig, at the motion read off the latents
 
 
+# The kind of work that draws a hearing redrawn session's next frames apart from the chunk that
+# made their motion (``engine.stages.motion_backlog``); its ``span`` is the frames drawn.
+DRAW = "draw"
+
+
 @dataclass(frozen=True)
 class BatchKey:
     """What must be equal for two sessions' next chunks to run as one batch."""
 
-    kind: str  # "N", "I", or "tail" (the end-of-stream publish)
+    kind: str  # "N", "I", "tail" (the end-of-stream publish) or DRAW
     steps: int  # denoising steps of the chunk
     guided: bool  # audio guidance asked for (a row of pure silence still skips its pair)
     engine: Hashable = None  # the weights and config the chunk runs with
@@ -41,6 +46,11 @@ class BatchKey:
     interp: bool = False  # the session runs I chunks
     owner: int = 0  # nonzero (the session's id) for work that batches with no other session
     render: Render = Render.DECODED  # how the frames published after it are made
+
+
+def draw_key(render: Render, frames: int = 1, engine: Hashable = None) -> BatchKey:
+    """The key of drawing ``frames`` frames of a session rendered ``render`` apart from its chunks."""
+    return BatchKey(DRAW, 0, False, engine, frames, render=render)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.batch import BatchKey, BatchResult, Render, shared_key
+from engine.batch import DRAW, BatchKey, BatchResult, Render, draw_key, shared_key
 from engine.config import PUPPET, ConfiguredEngine, EngineConfig, get_config
 from engine.frames import PublishedFrame, drain, stream_frames
 from engine.hooks import Hooks
@@ -47,6 +47,7 @@ from engine.stages.decode_publish import (
     to_uint8,
 )
 from engine.stages.history import HistoryWindow
+from engine.stages.motion_backlog import POSE_LAG_FRAMES, MotionBacklog
 from engine.stages.super_resolution import SRInput, SuperResolutionStage
 from engine.state import AudioBuffer, AudioFed, LatentWindow, ReferenceConditioning, RollingState
 
@@ -107,6 +108,10 @@ class Pipeline(ConfiguredEngine):
     # Redrawn sessions (photos, drawn avatars) take their mouths from the phones heard in their
     # audio rather than from the DiT's face (``engine.stages.redraw``); False: the DiT's mouth.
     heard_mouth = True
+    # Frames a hearing redrawn session's head lags its mouth: its frames are drawn one by one as
+    # their mouths are heard, not with the DiT chunk that holds them (``engine.stages.motion_backlog``);
+    # None: drawn with their chunk, the head in step with the mouth.
+    pose_lag: int | None = POSE_LAG_FRAMES
 
     def __init__(self, config: EngineConfig, models: ModelSet, device: str = "cpu",
                  steps: int | None = None) -> None:
@@ -200,6 +205,12 @@ class Pipeline(ConfiguredEngine):
             return self.with_interp(False)
         return self._sibling(self.config.with_schedule(chunk=chunk, interp=False), steps)
 
+    def draws_apart(self, render: Render) -> bool:
+        """Whether sessions rendered ``render`` draw their frames one by one as their mouths are heard
+        (``DRAW`` work), apart from the chunks that make their motion."""
+        return (render is not Render.DECODED and self.heard_mouth and self.latent_reader is not None
+                and self.pose_lag is not None)
+
     def steps_for(self, render: Render) -> int:
         """N-chunk steps of this pipeline's sessions rendered ``render``: ``redrawn_steps`` where the
         frames are drawn at motion read off the latents, which no one sees."""
@@ -215,6 +226,7 @@ class Pipeline(ConfiguredEngine):
         pipe._bundled = self._bundled  # same models, same reference encodings
         pipe.latent_reader = self.latent_reader
         pipe.heard_mouth = self.heard_mouth
+        pipe.pose_lag = self.pose_lag
         pipe.hooks = self.hooks.copy()
         return pipe
 
@@ -332,6 +344,8 @@ class Pipeline(ConfiguredEngine):
             frames: list[list[PublishedFrame]] = [[] for _ in sessions]
         elif key.kind == "tail":
             frames = [s.publish_tail(timings) for s in sessions]
+        elif key.kind == DRAW:
+            frames = self._draw(sessions, timings)
         else:
             frames = self._run_chunk(sessions, [w.plan for w in work], [w.schedule for w in work], key, timings)
         for s in sessions:
@@ -470,13 +484,41 @@ class Pipeline(ConfiguredEngine):
             motions, states = stage.read_latents([s.state.latents.get(lo, hi) for s, (lo, hi) in
                                                   zip(sessions, spans, strict=True)], slots,
                                                  [s.redraw for s in sessions])
-            heard = [s.heard_audio(f) for s, f in zip(sessions, shown, strict=True)]
-            images, states = stage.draw(motions, states, heard)
-            out = []
-            for s, (lo, hi), frames, made, st in zip(sessions, spans, shown, images, states, strict=True):
+            out: list[list[PublishedFrame]] = [[] for _ in sessions]
+            now = []  # the sessions whose frames are drawn with their chunk
+            for i, (s, (lo, hi), frames, st) in enumerate(zip(sessions, spans, shown, states, strict=True)):
                 s.redraw = st
-                out.append(stamped(frames, made, lo, self._audio(s, lo, hi), s.state.latents.origins(lo, hi),
-                                   self.config.fps, self.config.audio.sample_rate, td))
+                if s.backlog is None:
+                    now.append(i)
+                    continue
+                origins = s.state.latents.origins(lo, hi)
+                s.backlog.add(frames.start, motions[i], [origins[frame_latent(n, td) - lo] for n in frames])
+            heard = [sessions[i].heard_audio(shown[i]) for i in now]
+            images, drawn = stage.draw([motions[i] for i in now], [sessions[i].redraw for i in now], heard)
+            for i, made, st in zip(now, images, drawn, strict=True):
+                s, (lo, hi) = sessions[i], spans[i]
+                s.redraw = st
+                out[i] = stamped(shown[i], made, lo, self._audio(s, lo, hi), s.state.latents.origins(lo, hi),
+                                 self.config.fps, self.config.audio.sample_rate, td)
+        return out
+
+    def _draw(self, sessions: Sequence[StreamSession], timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """Sessions' next drawable frames (``StreamSession.drawable``), drawn at their backlogs' motions
+        with the mouths they heard."""
+        fps, rate, spf = self.config.fps, self.config.audio.sample_rate, self.config.samples_per_frame
+        with _timed(timings, "redraw"):
+            shown = [s.drawable() for s in sessions]
+            taken = [s.backlog.take(f) for s, f in zip(sessions, shown, strict=True)]
+            images, states = self._redraw_stage().draw([m for m, _ in taken], [s.redraw for s in sessions],
+                                                       [s.heard_audio(f) for s, f in zip(sessions, shown, strict=True)])
+        out = []
+        for s, frames, (_, chunks), made, st in zip(sessions, shown, taken, images, states, strict=True):
+            s.redraw = st
+            audio = s.audio.read(frames.start * spf, frames.stop * spf)
+            out.append([PublishedFrame(n, fps, image, audio[k * spf:(k + 1) * spf], rate, chunk)
+                        for k, (n, image, chunk) in enumerate(zip(frames, made, chunks, strict=True))])
+            s.state.counters.frames += len(frames)
+            s.finished = s.tail_published and s.backlog.drawn >= (s.frame_limit() or 0)
         return out
 
 
@@ -510,6 +552,10 @@ class StreamSession(AudioFed):
         self._quality = Quality(interp=pipeline.config.schedule.interp)
         self._spf = pipeline.config.samples_per_frame
         self._td = pipeline.config.vae.temporal_down
+        # A hearing redrawn session's read motion, its frames drawn one by one as their mouths are
+        # heard (None: each chunk's frames drawn when it ran); ``tail_published``: no chunk is left.
+        self.backlog = MotionBacklog(pipeline.pose_lag) if pipeline.draws_apart(render) else None
+        self.tail_published = False
 
     @property
     def frame_size(self) -> tuple[int, int]:
@@ -544,6 +590,12 @@ class StreamSession(AudioFed):
         """The next chunk under the current quality, or None when nothing can run now."""
         if self.finished:
             return None
+        if self.backlog is not None:
+            frames = self.drawable()
+            if frames:
+                return ChunkWork(draw_key(self.render, len(frames), self.pipe.batch_engine), None, self.schedule)
+            if self.tail_published:
+                return None
         quality, c, cfg = self._quality, self.state.counters, self.pipe.config
         schedule = self.schedule
         if c.pending_i is not None:
@@ -555,7 +607,9 @@ class StreamSession(AudioFed):
                 return ChunkWork(BatchKey("tail", 0, False, self.pipe.batch_engine, owner=id(self)), None, schedule)
             schedule = schedule.switched(quality.interp, c.next_n)
             plan = schedule.n_chunk(c.next_n)
-            needed = max(self.pipe.context_gen.audio_span(plan.span).samples[1], self.heard_needs(plan.publish))
+            needed = self.pipe.context_gen.audio_span(plan.span).samples[1]
+            if self.backlog is None:  # the chunk draws its frames: their mouths must be heard
+                needed = max(needed, self.heard_needs(plan.publish))
             if not self.audio.closed and self.audio.total < needed:
                 return None
             steps, guided = quality.steps or self.steps, quality.guidance and cfg.audio_guidance != 1.0
@@ -571,18 +625,27 @@ class StreamSession(AudioFed):
 
     @property
     def first_chunk_samples(self) -> int:
-        """Audio this session's first chunk needs before it can run: its context's lookahead, or
-        its heard mouths' if longer."""
+        """Audio this session's first frames need before they can be made: their chunk's context's
+        lookahead, or their heard mouths' if longer (what a server feeds before its clock starts)."""
         return max(self.pipe.first_chunk_samples, self.heard_needs(self.schedule.n_chunk(0).publish))
 
     def heard_needs(self, publish: tuple[int, int]) -> int:
-        """Samples the heard mouths of latents ``publish``'s frames need (0 for a session that does
-        not hear): through the tracker's lookahead past the last frame."""
+        """Samples the heard mouths of latents ``publish``'s frames need before they can be drawn:
+        through the tracker's lookahead past the last frame (0 for a session that does not hear)."""
         heard = self.redraw.heard if self.redraw is not None else None
         lo, hi = publish
         if heard is None or hi <= lo:
             return 0
         return frame_span(lo, hi - lo, self._td)[1] * self._spf + heard.lookahead
+
+    def drawable(self, most: int = 1) -> range:
+        """The next frames a session with a backlog can draw now (at most ``most``): their mouths
+        heard and the motions they are drawn at read."""
+        if self.backlog is None or self.redraw is None or self.redraw.heard is None:
+            return range(0)
+        limit = self.frame_limit()
+        heard = limit if limit is not None else max(0, self.audio.total - self.redraw.heard.lookahead) // self._spf
+        return self.backlog.drawable(heard, limit, most)
 
     def heard_audio(self, frames: range) -> Heard | None:
         """A hearing session's audio for the mouths of ``frames``: from what it heard before through
@@ -648,8 +711,9 @@ class StreamSession(AudioFed):
         c = self.state.counters
         span = self.schedule.tail(c.next_n - 1) if c.next_n else (0, 0)
         frames = self.pipe.publish([self], [span], timings)[0]
-        self.finished = True
         self.state.latents = None
+        self.tail_published = True
+        self.finished = self.backlog is None or self.backlog.drawn >= (self.frame_limit() or 0)
         return frames
 
     def release_spent(self) -> None:
@@ -664,6 +728,8 @@ class StreamSession(AudioFed):
         if self.state.latents is not None:
             self.state.latents = self.state.latents.drop_before(keep_latent)
         keep_sample = latent_frames(c.published, self._td)[0] * self._spf
+        if self.backlog is not None:  # the audio of frames still to draw
+            keep_sample = min(keep_sample, self.backlog.drawn * self._spf)
         for span in spans:
             keep_sample = min(keep_sample, self.pipe.context_gen.audio_span(span).samples[0])
         self.audio.release_before(keep_sample)

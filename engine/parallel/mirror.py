@@ -174,6 +174,7 @@ class Channel(Protocol):
 _READ_ONLY = frozenset({
     "config", "device", "steps", "steps_for", "models", "weights_loaded", "batch_engine", "schedule", "context_gen",
     "fps", "sample_rate", "frame_size", "frames_per_chunk", "first_chunk_samples", "accepts_images", "renders",
+    "draws_apart",
 })
 
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.batch import BatchKey, Render
+from engine.batch import BatchKey, Render, draw_key
 from engine.frames import PublishedFrame
 from engine.presets import DEFAULT_PRESET, Preset
 from engine.quality import Quality, quality_ladder
@@ -275,6 +275,8 @@ class EngineCore:
         if q.interp:
             work.append(("I", min(steps, cfg.interp_steps), False, True, 2 * (schedule.seam + schedule.anchor),
                          render))
+        if pipe.draws_apart(render):  # each frame drawn on its own
+            work.extend([cost_key(draw_key(render))] * pipe.frames_per_chunk)
         return tuple(work)
 
     def period_s(self, preset: str | None = None) -> float:

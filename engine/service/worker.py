@@ -193,13 +193,19 @@ def calibration_photo():
     return photo_avatar(avatar_image(DEFAULT_AVATAR, (PHOTO_SIZE, PHOTO_SIZE)))
 
 
+# The most batches one calibration group runs: enough for every kind of work a session needs (its N
+# and I chunks, and the frames drawn one by one between them) to run ``rounds`` times.
+CALIBRATION_RUNS = 64
+
+
 def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
-    """Time silent sessions' chunks of every kind a session needs (N and I, both presets) at
-    each batch size, so the capacity figure and the scheduler's estimates are measured before
-    the first real session arrives: every preset's rendered the worker's default way, and the
-    default preset's rendered every other way the engine can (``/v1/engine`` shows the capacity of
-    each). Batches are formed here, not by the scheduler: it can only learn that a batch pays once
-    one has run. What it measured becomes the costs' baseline."""
+    """Time silent sessions' work of every kind a session needs (N and I chunks, frames drawn
+    apart, both presets) at each batch size, ``rounds`` times, so the capacity figure and the
+    scheduler's estimates are measured before the first real session arrives: every preset's
+    rendered the worker's default way, and the default preset's rendered every other way the engine
+    can (``/v1/engine`` shows the capacity of each). Batches are formed here, not by the scheduler:
+    it can only learn that a batch pays once one has run. What it measured becomes the costs'
+    baseline."""
     info = core.info
     for preset, render, size in itertools.product(core.presets, core.pipe.renders, sizes):
         if render != core.default_render and preset != core.default_preset:
@@ -209,8 +215,11 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
         for name in names:
             core.open(name, spec, core.slot_frames)
             core.push(name, 0, np.zeros(info.sample_rate * 8, np.float32))
+        wanted = set(core.work_per_period(preset, render))
         try:
-            for _ in range(4 * rounds):
+            for _ in range(CALIBRATION_RUNS):
+                if all(core.costs.count(k, size) >= rounds for k in wanted):
+                    break
                 groups: dict = {}
                 for c in core.candidates(core.clock()):
                     groups.setdefault(c.key, []).append(c)

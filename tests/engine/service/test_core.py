@@ -233,7 +233,8 @@ def test_sessions_drawn_from_the_latents_run_at_the_configured_redrawn_steps(mic
     core = EngineCore(pipe, describe(pipe), clock=FakeClock(), costs=CostModel(prior_s=0.01))
     assert [q.steps for q in core.ladders[Render.DECODED]["fast"]] == [2, 1]
     assert [q.steps for q in core.ladders[Render.DRAWN]["fast"]] == [1]
-    assert [key[1] for key in core.work_per_period("fast", Render.DRAWN)] == [1]
+    kinds = [(key[0], key[1]) for key in core.work_per_period("fast", Render.DRAWN)]
+    assert kinds == [("N", 1)] + [("draw", 0)] * pipe.preset("fast").frames_per_chunk, "and each frame drawn"
     open_fed(core, "decoded", 2.0, seed=1, preset="fast")
     open_fed(core, "drawn", 2.0, preset="fast", drawn=True)
     keys = {c.session: c.key for c in core.candidates(core.clock())}
@@ -243,7 +244,8 @@ def test_sessions_drawn_from_the_latents_run_at_the_configured_redrawn_steps(mic
     hook = pipe.models.dit.register_forward_hook(lambda *_: calls.append(1))
     try:
         outcome = core.step()
+        assert outcome.batch == ("drawn",) and len(calls) == 2  # one denoising step, then the history pass
+        drawn = core.step()  # its frames drawn one by one, without the DiT
     finally:
         hook.remove()
-    assert outcome.batch == ("drawn",) and outcome.frames["drawn"]
-    assert len(calls) == 2  # one denoising step, then the history pass
+    assert drawn.batch == ("drawn",) and len(drawn.frames["drawn"]) == 1 and len(calls) == 2

@@ -217,9 +217,9 @@ def test_a_hearing_session_rests_its_mouth_in_silence_though_the_dit_reads_it_op
     assert not np.array_equal(images[-1], deaf[-1]), "without hearing the DiT's open mouth is drawn"
 
 
-def test_a_hearing_session_runs_its_first_chunk_once_its_mouths_lookahead_is_in() -> None:
-    """A drawn session's first chunk waits for the heard mouth's 80 ms past its frames (what the
-    server feeds before the clock starts), a decoded one only for the DiT's lookahead."""
+def test_a_hearing_session_draws_its_first_frame_once_its_mouths_lookahead_is_in() -> None:
+    """A drawn session's first frame waits for the heard mouth's 80 ms past it (what the server feeds
+    before the clock starts), a decoded one only for the DiT's lookahead."""
     from engine.pipeline import Pipeline
 
     pipe = Pipeline.from_config("tiny").preset("fast")
@@ -228,6 +228,55 @@ def test_a_hearing_session_runs_its_first_chunk_once_its_mouths_lookahead_is_in(
     assert drawn.first_chunk_samples == max(pipe.first_chunk_samples, SPF + 2 * SPF)
     for session in (drawn, decoded):
         session.feed(np.zeros(session.first_chunk_samples - 1, np.float32))
-        assert not session.ready()
+        assert not steps_until_idle(session), "no frame before its audio is in"
         session.feed(np.zeros(1, np.float32))
-        assert session.ready() and len(session.step()) == 1
+        assert [f.index for f in steps_until_idle(session)] == [0]
+
+
+def steps_until_idle(session) -> list[PublishedFrame]:
+    """Every frame a session can publish with the audio it has."""
+    out: list[PublishedFrame] = []
+    while session.ready():
+        out += session.step()
+    return out
+
+
+def test_a_hearing_drawn_session_draws_each_frame_as_soon_as_its_mouth_is_heard() -> None:
+    """Frames come one by one, each as soon as its audio and the heard mouth's lookahead are in, not
+    a chunk at a time (the live preset's chunks); what streams is what an offline render makes,
+    frames and audio alike."""
+    from engine.pipeline import Pipeline
+
+    pipe = Pipeline.from_config("tiny").preset("fast")
+    pcm = real_voice(3.0)
+    lookahead = 2 * SPF
+    session = pipe.open_session(drawn=True)
+    streamed: list[PublishedFrame] = []
+    for end in range(SPF, len(pcm) + 1, SPF):
+        session.feed(pcm[end - SPF:end])
+        got = steps_until_idle(session)
+        streamed += got
+        heard_through = (end - lookahead) // SPF  # frames whose mouths are heard
+        assert len(streamed) == max(0, heard_through), (end, len(streamed))
+    session.close_input()
+    while not session.finished:
+        streamed += session.step()
+    offline = list(pipe.render(pcm, drawn=True))
+    assert [f.index for f in streamed] == list(range(len(offline)))
+    assert all(np.array_equal(a.rgb, b.rgb) for a, b in zip(streamed, offline, strict=True))
+    assert np.array_equal(np.concatenate([f.audio for f in streamed]), np.concatenate([f.audio for f in offline]))
+    assert np.array_equal(np.concatenate([f.audio for f in streamed])[: len(pcm)], pcm)
+
+
+def test_without_a_pose_lag_a_drawn_session_draws_each_chunk_whole() -> None:
+    from engine.pipeline import Pipeline
+
+    pipe = Pipeline.from_config("tiny").preset("fast")
+    pipe.pose_lag = None
+    session = pipe.open_session(drawn=True)
+    assert session.backlog is None
+    session.feed(real_voice(2.0))
+    sizes = []
+    while session.ready():
+        sizes.append(len(session.step()))
+    assert max(sizes) == pipe.frames_per_chunk, sizes
