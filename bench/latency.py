@@ -10,6 +10,10 @@ split into terms read off the server's latency trace (``GET /v1/sessions/{id}/tr
 the clock the processes of one machine share.
 
     python bench/latency.py [--bursts 5] [--config tiny] [--threads N] [--quality fast] [--image PHOTO] [--load N]
+                            [--voice AUDIO]
+
+The bursts are a real speaker's voice; ``--voice espeak`` takes espeak-ng's, whose phones the heard
+mouth recognises less surely (its first syllables barely open the mouth).
 
 ``--load N`` keeps N other sessions live on the same server while it measures, in the soak's mix
 (one mirror session looping speech, the rest agents speaking 3 s utterances between 2 s silences,
@@ -56,6 +60,9 @@ LOUD = 0.05  # peak (of full scale) that counts as voice in the server's trace
 BURST_S, GAP_S = 1.6, 4.0  # gaps longer than any latency: each burst's response stands alone
 PACKET = RATE // 50
 INTERRUPTS = 4
+# A real speaker (a clip of the lip-sync evaluation set, engine/eval/real_mouths/SOURCES.md): the
+# mouth is heard from the phones said, and a synthetic voice is heard less surely than a person.
+REAL_VOICE = ROOT / "engine" / "eval" / "real_mouths" / "retalk3.mp4"
 
 
 class BurstMic(MediaStreamTrack):
@@ -157,8 +164,16 @@ def closed_after(times: np.ndarray, openness: np.ndarray, t0: float, level: floa
     return None
 
 
-def burst_pcm() -> np.ndarray:
-    speech = speech_pcm16(RATE)
+def burst_pcm(voice: str = "espeak") -> np.ndarray:
+    """The burst: ``BURST_S`` of ``voice`` (an audio or video file, or ``espeak`` for espeak-ng's
+    voice) from its first voiced sample, int16."""
+    if voice == "espeak":
+        speech = speech_pcm16(RATE)
+    else:
+        from engine.media.audio_io import load_audio
+        from server.media.audio import float_to_pcm16
+
+        speech = float_to_pcm16(load_audio(Path(voice), RATE))
     voiced = np.nonzero(np.abs(speech) > 0.05 * 32768)[0]
     start = int(voiced[0]) if voiced.size else 0
     return speech[start:start + int(BURST_S * RATE)]
@@ -301,10 +316,9 @@ def budgets(traces: list[dict], onsets: list[float], viewer: Viewer, mouth: Mout
     return out
 
 
-async def mirror(srv, body: dict, bursts: int, mouth: Mouth, info: dict) -> dict:
+async def mirror(srv, body: dict, pcm: np.ndarray, bursts: int, mouth: Mouth, info: dict) -> dict:
     mic = BurstMic()
     s, pc, viewer, ws = await session(srv, "mirror", body, mic)
-    pcm = burst_pcm()
     await asyncio.sleep(4.0)
     traces = []
     for _ in range(bursts):
@@ -329,12 +343,11 @@ async def drain(ws, wait_s: float = 0.2) -> list[str]:
             return out
 
 
-async def agent(srv, body: dict, bursts: int, mouth: Mouth, info: dict) -> dict:
+async def agent(srv, body: dict, pcm: np.ndarray, bursts: int, mouth: Mouth, info: dict) -> dict:
     s, pc, viewer, ws = await session(srv, "agent", body, None)
     events: list = []
     stop = asyncio.Event()
     reader = asyncio.create_task(events_until(ws, set(), events, stop))
-    pcm = burst_pcm()
     await asyncio.sleep(4.0)
     pushed, traces = [], []
     for i in range(bursts):
@@ -456,6 +469,8 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quality", default="fast", choices=["fast", "quality"])
     p.add_argument("--image", default=None, metavar="PHOTO", help="animate this photograph (PNG/JPEG)")
     p.add_argument("--load", type=int, default=0, metavar="N", help="N other sessions live while measuring")
+    p.add_argument("--voice", default=str(REAL_VOICE.relative_to(ROOT)), metavar="AUDIO",
+                   help="the bursts' speech: an audio or video file, or 'espeak' (default: a real speaker)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.load < 0:
@@ -475,13 +490,14 @@ async def main(argv: list[str] | None = None) -> int:
             mouth = mesh_mouth(np.asarray(Image.open(io.BytesIO(photo)).convert("RGB")))
         else:
             mouth = probe_mouth(avatar_image(info["avatars"][0], (info["height"], info["width"])))
-        m = await mirror(srv, body, args.bursts, mouth, info)
-        a = await agent(srv, body, args.bursts, mouth, info)
+        pcm = burst_pcm(args.voice)
+        m = await mirror(srv, body, pcm, args.bursts, mouth, info)
+        a = await agent(srv, body, pcm, args.bursts, mouth, info)
         engine = (await srv.http.get("/v1/engine")).json()["workers"][0]
         load_misses = await load.stop()
     chunk_ms = sum(engine["chunk_ms"].values())
     what = f"{args.config} / {args.quality}" + (f", photo {args.image}" if args.image else "")
-    print(f"{what}, {args.bursts} bursts of {BURST_S} s speech, avatar serve on loopback"
+    print(f"{what}, {args.bursts} bursts of {BURST_S} s speech ({Path(args.voice).name}), avatar serve on loopback"
           + (f", {len(load_misses)} of {args.load} load session(s) live (deadline misses while measured: "
              + ", ".join(f"{m:.2%}" for m in load_misses) + ")" if args.load else ""))
     print(f"mirror mouth-to-screen        {fmt(m['mouth_to_screen_s'])}")
