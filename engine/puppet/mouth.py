@@ -22,10 +22,12 @@ import numpy as np
 
 from engine.puppet.recognizer import PhoneRecognizer, Resampler, SpeechGate
 from engine.puppet.state import MOUTH_SHAPES
-from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, Emphasis, Phone, mouth_values
+from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, SPEECH, Emphasis, Phone, mouth_values
 
 REACH_SECONDS = 0.5  # phones further than this from a frame no longer move its mouth
 LOOKAHEAD_FRAMES = 2  # the recogniser's phones settle about 80 ms behind the audio
+ONSET_DB = -45.0  # a frame at least this loud (dBFS), in a pause the recogniser has not closed, ...
+ONSET_GATE = 0.5  # ... while the speech gate is at least this open, is a voice begun
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ class MouthTracker:
         if not count:
             return MouthTrack.empty(self.fps)
         now = self.heard_frames / self.fps
-        phones = [p for p in self.recognizer.phones() if p.end > now - REACH_SECONDS]
+        phones = self._begun([p for p in self.recognizer.phones() if p.end > now - REACH_SECONDS])
         level = np.array(self.levels[:count], np.float32)
         openness, weights = mouth_values(phones, self.frame, count, self.fps, level, self.emphasis)
         speech = self.gate.level.y
@@ -166,6 +168,23 @@ class MouthTracker:
         del self.levels[:count]
         self.frame += count
         return MouthTrack(self.fps, openness.astype(np.float32), weights.astype(np.float32), level)
+
+
+    def _begun(self, phones: list[Phone]) -> list[Phone]:
+        """``phones`` with a voice that has begun but is not spelled out yet shown as ``SPEECH``.
+
+        At a voice's onset the recogniser's best path stays in the pause for 100-200 ms past the
+        first sound, then revises: the first syllable would be drawn shut. Frames of that trailing
+        pause that are loud while the speech gate is open are the voice begun; a real mouth is
+        opening by then (it opens before the sound)."""
+        if not phones or not phones[-1].name.startswith("SIL") or self.gate.level.y < ONSET_GATE:
+            return phones
+        pause = phones[-1]
+        loud = [self.frame + k for k, db in enumerate(self.levels) if db > ONSET_DB]
+        begun = max(pause.start, loud[0] / self.fps) if loud else pause.end
+        if begun >= pause.end:
+            return phones
+        return [*phones[:-1], Phone(pause.name, pause.start, begun), Phone(SPEECH, begun, pause.end)]
 
 
 def mouth_track(pcm: np.ndarray, sample_rate: int, fps: int = 25) -> MouthTrack:

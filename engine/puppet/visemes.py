@@ -74,6 +74,10 @@ VISEMES: dict[str, Viseme] = {
     "OY": Viseme(0.62, rounded=0.6, reach=0.06), "UH": Viseme(0.34, rounded=0.8, reach=0.06),
     "UW": Viseme(0.22, rounded=1.0, strength=1.5, reach=0.08), "ER": Viseme(0.34, rounded=0.6, reach=0.05),
 }
+# A voice begun that the recogniser has not spelled out yet (``MouthTracker``): a neutral mouth,
+# part open, that yields to any phone beside it.
+SPEECH = "SPEECH"
+VISEMES[SPEECH] = Viseme(0.42, strength=0.5, reach=0.03)
 BILABIALS = frozenset({"P", "B", "M"})
 VOWELS = frozenset({"IY", "IH", "EY", "EH", "AE", "AA", "AH", "AO", "AW", "AY", "OW", "OY", "UH", "UW", "ER"})
 

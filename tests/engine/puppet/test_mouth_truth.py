@@ -113,3 +113,18 @@ def test_heard_phones_follow_a_held_out_real_speakers_voice() -> None:
     r = max(np.corrcoef(truth[: truth.size - lag], heard[lag:])[0, 1] for lag in range(3))
     assert r > 0.4, r
     assert heard.max() > 0.6 and heard.std() > 0.5 * truth.std()
+
+
+def test_a_voice_opens_the_mouth_before_its_first_phone_is_spelled_out() -> None:
+    """A real speaker after a second of silence: the recogniser keeps its best path in the pause
+    for the first 100-200 ms of the voice; the mouth starts opening with the sound all the same,
+    and the silence before it rests."""
+    from engine.eval.real import REAL_DIR
+    from engine.media.audio_io import load_audio
+
+    voice = load_audio(REAL_DIR / "retalk3.mp4", SR)
+    first = int(np.nonzero(np.abs(voice) > 0.05)[0][0])
+    pcm = np.concatenate([np.zeros(SR, np.float32), voice[first:first + SR]])
+    openness = mouth_track(pcm, SR, FPS).openness
+    np.testing.assert_allclose(openness[:FPS - 1], REST_OPENNESS, atol=1e-6)
+    assert openness[FPS:FPS + 3].max() > 0.15, openness[FPS:FPS + 4]
