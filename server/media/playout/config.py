@@ -19,8 +19,9 @@ class PlayoutConfig:
     sample_rate: int = 16000
     audio_packet_ms: int = 20
     initial_delay: float = 0.25
-    # L never below this; above it, what the measured jitter needs plus a quantum decides.
+    # L never below this; above it, what the measured jitter needs plus ``jitter_margin`` decides.
     min_delay: float = 0.04
+    jitter_margin: float = 0.02  # added to the latest arrival of the steady window (L is then on the quantum grid)
     max_delay: float = 1.5
     raise_step: float = 0.1  # added to L after an underrun
     decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production ...
@@ -50,9 +51,10 @@ class PlayoutConfig:
             raise ValueError(f"max_delay is below this rate's {float(self.quantum):.3f}s delay quantum")
         if self.capacity_frames < 1:
             raise ValueError("capacity_frames must be at least 1")
-        if min(self.raise_step, self.decay_per_s, self.quiet_decay_per_s, self.steady_after_s, self.quiet_level) < 0:
-            raise ValueError("raise_step, decay_per_s, quiet_decay_per_s, steady_after_s and quiet_level must not be "
-                             "negative")
+        if min(self.raise_step, self.decay_per_s, self.quiet_decay_per_s, self.steady_after_s, self.quiet_level,
+               self.jitter_margin) < 0:
+            raise ValueError("raise_step, decay_per_s, quiet_decay_per_s, steady_after_s, quiet_level and "
+                             "jitter_margin must not be negative")
         if self.audio_late_tolerance_s < 0 or (self.video_late_tolerance_s or 0) < 0:
             raise ValueError("late tolerances must not be negative")
         if self.resync_after_late < 1:

@@ -5,7 +5,7 @@ L takes effect at such an instant for both tracks at once. An underrun raises th
 a step and doubles how long production must then stay steady before L shrinks again, so L
 stops probing its way back down into the same underrun; it shrinks only while recent frames
 arrived early enough that a shorter L would still have been in time, and never below the L the
-latest of them needed (plus a quantum): L follows the measured production jitter down, faster
+latest of them needed (plus a margin): L follows the measured production jitter down, faster
 through silence, where the frames a shrink skips are not heard.
 """
 
@@ -113,11 +113,11 @@ class DelayController:
         self._changes.append((at, q))
 
     def _needed(self, now: float) -> float | None:
-        """The shortest L that would have had every frame of the steady window in time with a
-        quantum to spare (None before any arrival): the measured jitter L follows down."""
+        """The shortest L that would have had every frame of the steady window in time with the
+        jitter margin to spare (None before any arrival): the measured jitter L follows down."""
         early = self._early
         while early and early[0][0] < now - self._steady_s:
             early.popleft()
         if not early:
             return None
-        return float(self._quantum) - early[0][1]
+        return self.config.jitter_margin - early[0][1]
