@@ -345,7 +345,7 @@ class Pipeline(ConfiguredEngine):
         elif key.kind == "tail":
             frames = [s.publish_tail(timings) for s in sessions]
         elif key.kind == DRAW:
-            frames = self._draw(sessions, timings)
+            frames = self._draw(sessions, key.span, timings)
         else:
             frames = self._run_chunk(sessions, [w.plan for w in work], [w.schedule for w in work], key, timings)
         for s in sessions:
@@ -502,12 +502,13 @@ class Pipeline(ConfiguredEngine):
                                  self.config.fps, self.config.audio.sample_rate, td)
         return out
 
-    def _draw(self, sessions: Sequence[StreamSession], timings: dict[str, float]) -> list[list[PublishedFrame]]:
-        """Sessions' next drawable frames (``StreamSession.drawable``), drawn at their backlogs' motions
-        with the mouths they heard."""
+    def _draw(self, sessions: Sequence[StreamSession], most: int,
+              timings: dict[str, float]) -> list[list[PublishedFrame]]:
+        """Sessions' next drawable frames (``StreamSession.drawable``, at most ``most`` each), drawn at
+        their backlogs' motions with the mouths they heard."""
         fps, rate, spf = self.config.fps, self.config.audio.sample_rate, self.config.samples_per_frame
         with _timed(timings, "redraw"):
-            shown = [s.drawable() for s in sessions]
+            shown = [s.drawable(most) for s in sessions]
             taken = [s.backlog.take(f) for s, f in zip(sessions, shown, strict=True)]
             images, states = self._redraw_stage().draw([m for m, _ in taken], [s.redraw for s in sessions],
                                                        [s.heard_audio(f) for s, f in zip(sessions, shown, strict=True)])
@@ -590,8 +591,8 @@ class StreamSession(AudioFed):
         """The next chunk under the current quality, or None when nothing can run now."""
         if self.finished:
             return None
-        if self.backlog is not None:
-            frames = self.drawable()
+        if self.backlog is not None:  # never more frames in one step than a chunk publishes
+            frames = self.drawable(self.pipe.frames_per_chunk)
             if frames:
                 return ChunkWork(draw_key(self.render, len(frames), self.pipe.batch_engine), None, self.schedule)
             if self.tail_published:
@@ -638,9 +639,10 @@ class StreamSession(AudioFed):
             return 0
         return frame_span(lo, hi - lo, self._td)[1] * self._spf + heard.lookahead
 
-    def drawable(self, most: int = 1) -> range:
+    def drawable(self, most: int | None = None) -> range:
         """The next frames a session with a backlog can draw now (at most ``most``): their mouths
-        heard and the motions they are drawn at read."""
+        heard and the motions they are drawn at read. Keeping up, that is one frame at a time; behind
+        (a busy engine), every frame that is due is drawn in one step."""
         if self.backlog is None or self.redraw is None or self.redraw.heard is None:
             return range(0)
         limit = self.frame_limit()

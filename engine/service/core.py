@@ -275,8 +275,8 @@ class EngineCore:
         if q.interp:
             work.append(("I", min(steps, cfg.interp_steps), False, True, 2 * (schedule.seam + schedule.anchor),
                          render))
-        if pipe.draws_apart(render):  # each frame drawn on its own
-            work.extend([cost_key(draw_key(render))] * pipe.frames_per_chunk)
+        if pipe.draws_apart(render):  # its frames drawn apart: one at a time with room, a chunk's at once when busy
+            work.append(cost_key(draw_key(render, pipe.frames_per_chunk)))
         return tuple(work)
 
     def period_s(self, preset: str | None = None) -> float:
