@@ -217,8 +217,8 @@ def calibrate(core, sizes: tuple[int, ...], rounds: int = 2) -> None:
             core.push(name, 0, np.zeros(info.sample_rate * 8, np.float32))
         wanted = set(core.work_per_period(preset, render))
         try:
-            for _ in range(CALIBRATION_RUNS):
-                if all(core.costs.count(k, size) >= rounds for k in wanted):
+            for run in range(CALIBRATION_RUNS):  # 4 rounds at least (the first runs are cold), then on
+                if run >= 4 * rounds and all(core.costs.count(k, size) >= rounds for k in wanted):
                     break
                 groups: dict = {}
                 for c in core.candidates(core.clock()):
