@@ -48,7 +48,7 @@ class BatchKey:
     render: Render = Render.DECODED  # how the frames published after it are made
 
 
-def draw_key(render: Render, frames: int = 1, engine: Hashable = None) -> BatchKey:
+def draw_key(render: Render, frames: int, engine: Hashable = None) -> BatchKey:
     """The key of drawing ``frames`` frames of a session rendered ``render`` apart from its chunks."""
     return BatchKey(DRAW, 0, False, engine, frames, render=render)
 

@@ -169,7 +169,6 @@ class MouthTracker:
         self.frame += count
         return MouthTrack(self.fps, openness.astype(np.float32), weights.astype(np.float32), level)
 
-
     def _begun(self, phones: list[Phone]) -> list[Phone]:
         """``phones`` with a voice that has begun but is not spelled out yet shown as ``SPEECH``.
 

@@ -194,7 +194,7 @@ def calibration_photo():
 
 
 # The most batches one calibration group runs: enough for every kind of work a session needs (its N
-# and I chunks, and the frames drawn one by one between them) to run ``rounds`` times.
+# and I chunks, and its frames drawn apart) to run ``rounds`` times.
 CALIBRATION_RUNS = 64
 
 
