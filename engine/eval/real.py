@@ -42,7 +42,8 @@ from engine.pipeline import Pipeline
 from engine.puppet import openness_series
 
 REAL_DIR = Path(__file__).resolve().parent / "real_mouths"
-HELD_OUT = ("katiehill", "retalk5")  # speakers never looked at while tuning
+HELD_OUT = ("katiehill", "retalk5", "radio2", "radio34", "menendez", "markey", "obama", "mead030", "retalkmin",
+            "retalkdocu5")  # speakers never looked at while tuning
 MAX_LAG = 4  # frames either way
 CLOSED_SHARE = 0.15  # of a series' range above its minimum: lips closed ...
 CLOSED_GAP = 0.045  # ... and never wider than this (inner-lip gap over interocular; real lips meet at 0.01-0.03)

@@ -25,7 +25,7 @@ from engine.puppet.state import MOUTH_SHAPES
 from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, SPEECH, Emphasis, Phone, mouth_values
 
 REACH_SECONDS = 0.5  # phones further than this from a frame no longer move its mouth
-LOOKAHEAD_FRAMES = 2  # the recogniser's phones settle about 80 ms behind the audio
+LOOKAHEAD_FRAMES = 4  # the recogniser settles on a phone 120-200 ms behind the audio
 ONSET_DB = -45.0  # a frame at least this loud (dBFS), in a pause the recogniser has not closed, ...
 ONSET_GATE = 0.5  # ... while the speech gate is at least this open, is a voice begun
 

@@ -25,13 +25,16 @@ KEEP_SECONDS = 1.0  # phones of ended utterances kept this long: more than any p
 VAD_WINDOW = 512  # Silero VAD's window at 16 kHz
 GATE_LOW, GATE_HIGH = 0.15, 0.5  # speech probability mapped to a closed (0) .. open (1) gate
 GATE_RISE, GATE_FALL = 0.7, 0.25  # per window: opens at once, closes over a few windows
+# Weight of the phone language model against the acoustics. Sphinx's default (6.5) suits word
+# decoding; phones heard with 1.0 follow real mouths better (r 0.34 -> 0.41 on held-out real clips).
+LANGUAGE_WEIGHT = 1.0
 
 
 def _decoder() -> Any:
     import pocketsphinx
 
     return pocketsphinx.Decoder(samprate=SAMPLE_RATE, allphone=pocketsphinx.get_model_path("en-us/en-us-phone.lm.bin"),
-                                lm=None, loglevel="FATAL", backtrace=False)
+                                lm=None, lw=LANGUAGE_WEIGHT, loglevel="FATAL", backtrace=False)
 
 
 @dataclass
