@@ -216,6 +216,8 @@ class MetricsEvent(BaseModel):
     engine_backlog_ms: float
     av_offset_ms: float = Field(description="audio minus video release phase, measured; positive: audio later")
     mic_seconds: float
+    mic_buffer_ms: float = Field(0.0, description="microphone audio waiting for the feed clock (grows with its jitter)")
+    mic_underruns: int = Field(0, description="times the microphone's due audio was not in yet")
     engine_state_bytes: int = Field(description="bytes the engine holds between chunks (flat over a session)")
 
 

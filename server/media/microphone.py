@@ -59,6 +59,7 @@ class SampleFifo:
         self._chunks: deque[np.ndarray] = deque()
         self._size = 0
         self.dropped = 0
+        self.pushed = 0  # samples ever pushed: whether the microphone is live
 
     def __len__(self) -> int:
         return self._size
@@ -66,6 +67,7 @@ class SampleFifo:
     def push(self, samples: np.ndarray) -> None:
         if samples.size == 0:
             return
+        self.pushed += samples.size
         self._chunks.append(samples)
         self._size += samples.size
         while self._size > self.max_samples:
@@ -84,6 +86,17 @@ class SampleFifo:
         out = take_samples(self._chunks, n)
         self._size -= out.size
         return out
+
+    def drop_quiet(self, n: int, level: float) -> int:
+        """Drop the oldest ``n`` samples if none of them reaches ``level``; how many were dropped."""
+        head = take_samples(self._chunks, n)
+        if head.size and float(np.abs(head).max()) < level:
+            self._size -= head.size
+            self.dropped += head.size
+            return head.size
+        if head.size:
+            self._chunks.appendleft(head)
+        return 0
 
     def clear(self) -> None:
         self._chunks.clear()

@@ -6,7 +6,8 @@ microphone in mirror mode, queued speech in agent mode, silence for whatever is 
 If the engine falls behind by more than its backlog cap, due audio is skipped (the
 timeline slips, memory stays bounded) rather than queued without limit. In agent mode the
 cap is tighter: silence fed far ahead of the frames would only delay the next utterance
-behind it, so speech waits in the intake and enters the engine just in time.
+behind it, so speech waits in the intake and enters the engine just in time. In mirror mode the
+microphone's buffer grows with its underruns and is trimmed back when steady (``MicJitter``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import numpy as np
 
 from server.base.protocol import Mode
 from server.media.microphone import SampleFifo
+from server.session.mic_jitter import MicJitter
 from server.voice.speech import Segment, SpeechQueue
+
+MIC_LIVE_S = 0.5  # a microphone that sent samples this recently is live: its missing samples are an underrun
+QUIET = 0.01  # microphone audio whose peak stays below this (of full scale) may be trimmed
 
 
 @dataclass
@@ -47,6 +52,9 @@ class Feeder:
         self.speech = speech
         self.mic = mic
         self.holdback_s = holdback_s
+        self.jitter = MicJitter()
+        self._mic_pushed = 0
+        self._mic_heard_at: float | None = None  # when microphone samples last arrived
         self.max_backlog_samples = max_backlog_samples
         self.agent_backlog_samples = max_backlog_samples if agent_backlog_samples is None else agent_backlog_samples
         self.mode: Mode = mode
@@ -83,7 +91,7 @@ class Feeder:
             self.skipped += n
             return FeedBlock(self.fed, np.zeros(0, np.float32), skipped=n)
         if self.mode == "mirror":
-            got, segments = self.mic.take(n), []
+            got, segments = self._take_mic(now, n), []
         else:
             self.mic.take(len(self.mic))
             got, segments = self.speech.take(n)
@@ -92,3 +100,17 @@ class Feeder:
         out = FeedBlock(self.fed, block, segments)
         self.fed += n
         return out
+
+    def _take_mic(self, now: float, n: int) -> np.ndarray:
+        """``n`` due microphone samples (fewer if they are not in yet); the buffer's jitter is learnt from it."""
+        if self.mic.pushed != self._mic_pushed:
+            self._mic_pushed, self._mic_heard_at = self.mic.pushed, now
+        got = self.mic.take(n)
+        live = self._mic_heard_at is not None and now - self._mic_heard_at < MIC_LIVE_S
+        if got.size < n and live:
+            self.jitter.underrun(now)
+        elif live:
+            excess = int(self.jitter.excess(now, len(self.mic) / self.sample_rate) * self.sample_rate)
+            if excess and self.mic.drop_quiet(excess, QUIET):
+                self.jitter.trimmed(now, excess / self.sample_rate)
+        return got

@@ -59,6 +59,8 @@ class MetricsLoop:
             engine_backlog_ms=round(backlog * 1000 / rate, 1),
             av_offset_ms=round(1000 * offset, 1),
             mic_seconds=round(self._microphone.samples / rate, 2),
+            mic_buffer_ms=round(len(self._feeder.mic) * 1000 / rate, 1),
+            mic_underruns=self._feeder.jitter.underruns,
             engine_state_bytes=self._engine_bytes(),
         )
 

@@ -162,7 +162,8 @@ def test_face_track_is_seeded_causal_and_alive(speech: dict[str, np.ndarray]) ->
     track = stack_states(face_track_from_audio(pcm, SR, seed=3))
     assert np.array_equal(track, stack_states(face_track_from_audio(pcm, SR, seed=3)))
     assert not np.array_equal(track, stack_states(face_track_from_audio(pcm, SR, seed=4)))
-    head = stack_states(face_track_from_audio(pcm[: 6 * SR], SR, seed=3))[:-LOOKAHEAD_FRAMES]  # the end lacks the lookahead
+    head = stack_states(face_track_from_audio(pcm[: 6 * SR], SR, seed=3))
+    head = head[:-LOOKAHEAD_FRAMES]  # the end lacks the lookahead
     np.testing.assert_allclose(head, track[: len(head)], atol=1e-6)
 
     col = {name: track[:, i] for i, name in enumerate(FACE_STATE_FIELDS)}

@@ -21,9 +21,9 @@ from engine.frames import PublishedFrame
 from engine.pipeline import Pipeline
 from engine.puppet import FaceTracker, Identity, face_track_from_audio, render
 from engine.puppet.engine import PuppetPipeline, PuppetSession
-from engine.puppet.stream import state_nbytes
 from engine.puppet.mouth import LOOKAHEAD_FRAMES
 from engine.puppet.recognizer import FORCE_SECONDS
+from engine.puppet.stream import state_nbytes
 
 SR, FPS = 16000, 25
 SPF = SR // FPS

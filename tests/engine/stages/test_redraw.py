@@ -211,7 +211,8 @@ def test_a_hearing_session_rests_its_mouth_in_silence_though_the_dit_reads_it_op
     ada = get_identity("ada")
     state = RedrawState(PuppetRig(ada, 64), reference_image(ada, 64), heard=HeardMouth.of(SR, FPS))
     wide_open = [FaceState(openness=0.9, open=1.0, closed=0.0)] * 8
-    (images,), (after,) = Redraw().draw([wide_open], [state], [(np.zeros((8 + LOOKAHEAD_FRAMES) * SPF, np.float32), False)])
+    silence = np.zeros((8 + LOOKAHEAD_FRAMES) * SPF, np.float32)
+    (images,), (after,) = Redraw().draw([wide_open], [state], [(silence, False)])
     assert after.last is not None and after.last.openness == pytest.approx(REST_OPENNESS, abs=0.02)
     (deaf,), _ = Redraw().draw([wide_open], [RedrawState(PuppetRig(ada, 64), reference_image(ada, 64))])
     assert not np.array_equal(images[-1], deaf[-1]), "without hearing the DiT's open mouth is drawn"

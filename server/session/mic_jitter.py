@@ -1,0 +1,58 @@
+"""How much microphone audio waits for the feed clock in mirror mode: the microphone's jitter buffer.
+
+Microphone audio arrives in 20 ms packets whose spacing the network disturbs; the feed clock
+takes it a fixed holdback after wall time. A packet later than that leaves its due samples
+missing: the clock feeds silence in their place (the timeline never waits) and the packet's
+audio, when it comes, queues behind. So every underrun lengthens the wait by what was missing:
+a bad network grows the buffer by itself. ``MicJitter`` counts those underruns and brings the
+wait back down once the network is steady again: after a steady spell, the audio the buffer
+never needed (a low percentile of its level over the spell, less a packet's margin: one late
+burst does not hold it up) is dropped, and only where it is quiet, so no word is cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class MicJitter:
+    """Underruns and steady spells of the microphone buffer; ``now`` is the feed clock's time."""
+
+    margin_s: float = 0.02  # left waiting after a trim: one packet
+    steady_s: float = 5.0  # no underrun for this long before the buffer is trimmed
+    underruns: int = field(default=0, init=False)
+    trimmed_s: float = field(default=0.0, init=False)  # audio dropped by trims, in all
+    spare_percentile: float = 10.0  # of the audio left waiting after each take, over a spell: what it never needed
+    _since: float | None = field(default=None, init=False)  # start of the current steady spell
+    _levels: list[float] = field(default_factory=list, init=False)  # audio left waiting after each take, this spell
+
+    def underrun(self, now: float) -> None:
+        """Due microphone samples were not in yet: a new spell starts."""
+        self.underruns += 1
+        self._restart(now)
+
+    def excess(self, now: float, waiting_s: float) -> float:
+        """After a take, ``waiting_s`` of audio was left waiting: the seconds of it that may be
+        dropped now (0 until a spell has been steady for ``steady_s``; a spell with nothing to
+        spare starts the next)."""
+        if self._since is None:
+            self._since = now
+        self._levels.append(waiting_s)
+        if now - self._since < self.steady_s:
+            return 0.0
+        spare = float(np.percentile(self._levels, self.spare_percentile)) - self.margin_s
+        if spare <= 0:
+            self._restart(now)
+        return max(0.0, spare)
+
+    def trimmed(self, now: float, seconds: float) -> None:
+        """``seconds`` of the excess were dropped: a new spell starts from the shorter buffer."""
+        self.trimmed_s += seconds
+        self._restart(now)
+
+    def _restart(self, now: float) -> None:
+        self._since = now
+        self._levels.clear()
