@@ -88,11 +88,11 @@ class SampleFifo:
         return out
 
     def drop_quiet(self, n: int, level: float) -> int:
-        """Drop the oldest ``n`` samples if none of them reaches ``level``; how many were dropped."""
+        """Drop the oldest ``n`` samples if none of them reaches ``level`` (not counted as overflow);
+        how many were dropped."""
         head = take_samples(self._chunks, n)
         if head.size and float(np.abs(head).max()) < level:
             self._size -= head.size
-            self.dropped += head.size
             return head.size
         if head.size:
             self._chunks.appendleft(head)

@@ -12,6 +12,7 @@ burst does not hold it up) is dropped, and only where it is quiet, so no word is
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,9 @@ class MicJitter:
     trimmed_s: float = field(default=0.0, init=False)  # audio dropped by trims, in all
     spare_percentile: float = 10.0  # of the audio left waiting after each take, over a spell: what it never needed
     _since: float | None = field(default=None, init=False)  # start of the current steady spell
-    _levels: list[float] = field(default_factory=list, init=False)  # audio left waiting after each take, this spell
+    # audio left waiting after each take, this spell (the latest 20 s of 20 ms ticks at most: a loud
+    # stream that is never quiet enough to trim keeps no more)
+    _levels: deque[float] = field(default_factory=lambda: deque(maxlen=1000), init=False)
 
     def underrun(self, now: float) -> None:
         """Due microphone samples were not in yet: a new spell starts."""
