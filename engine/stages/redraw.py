@@ -52,7 +52,7 @@ SPEAKING = 0.15
 TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
 # Frames of audio past a redrawn frame the heard mouth waits for: the recogniser settles on a phone
 # about that late. With fewer the mouth answers sooner from phones not yet settled (two frames:
-# r against real mouths 0.38 instead of 0.43); with none it runs 1.5-2 frames behind the voice.
+# held-out r against real mouths 0.37 instead of 0.42); with none it runs 1.5-2 frames behind the voice.
 HEARD_LOOKAHEAD_FRAMES = LOOKAHEAD_FRAMES
 HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame
 
