@@ -192,7 +192,7 @@ def mouth_values(phones: list[Phone], first: int, count: int, fps: int, level_db
     """Openness (count,) and shape weights (count, 4) of video frames ``first``.. from phones,
     each shaped ``LEAD`` before it sounds; ``level_db`` (count,), when given, lets loudness scale
     the vowels' opening a little."""
-    phones = [Phone(p.name, p.start - LEAD, p.end - LEAD) for p in phones]
+    phones = [Phone(p.name, max(p.start - LEAD, 0.0), max(p.end - LEAD, 0.0)) for p in phones]  # none before the audio
     values = frame_values(phones, first, count, fps)
     openness = values[:, 0]
     if level_db is not None:

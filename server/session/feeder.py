@@ -111,6 +111,7 @@ class Feeder:
             self.jitter.underrun(now)
         elif live:
             excess = int(self.jitter.excess(now, len(self.mic) / self.sample_rate) * self.sample_rate)
-            if excess and self.mic.drop_quiet(excess, QUIET):
-                self.jitter.trimmed(now, excess / self.sample_rate)
+            step = min(excess, self.sample_rate // 50)  # a packet at a time: 20 ms of quiet is common in speech
+            if step and self.mic.drop_quiet(step, QUIET):
+                self.jitter.trimmed(step / self.sample_rate)
         return got

@@ -7,7 +7,7 @@ audio, when it comes, queues behind. So every underrun lengthens the wait by wha
 a bad network grows the buffer by itself. ``MicJitter`` counts those underruns and brings the
 wait back down once the network is steady again: after a steady spell, the audio the buffer
 never needed (a low percentile of its level over the spell, less a packet's margin: one late
-burst does not hold it up) is dropped, and only where it is quiet, so no word is cut.
+burst does not hold it up) is dropped a packet at a time, each where it is quiet, so no word is cut.
 """
 
 from __future__ import annotations
@@ -47,14 +47,15 @@ class MicJitter:
         if now - self._since < self.steady_s:
             return 0.0
         spare = float(np.percentile(self._levels, self.spare_percentile)) - self.margin_s
-        if spare <= 0:
+        if spare < 1e-6:  # nothing (or rounding) to spare: the next spell
             self._restart(now)
-        return max(0.0, spare)
+            return 0.0
+        return spare
 
-    def trimmed(self, now: float, seconds: float) -> None:
-        """``seconds`` of the excess were dropped: a new spell starts from the shorter buffer."""
+    def trimmed(self, seconds: float) -> None:
+        """``seconds`` of the excess were dropped: the spell's levels are that much lower."""
         self.trimmed_s += seconds
-        self._restart(now)
+        self._levels = deque((level - seconds for level in self._levels), maxlen=self._levels.maxlen)
 
     def _restart(self, now: float) -> None:
         self._since = now

@@ -23,8 +23,10 @@ def test_only_a_steady_spell_frees_what_the_buffer_never_needed() -> None:
     for k, level in enumerate(levels[:-1]):
         assert j.excess(1.0 + 0.05 * k, level) == 0.0  # not steady for 5 s yet
     assert j.excess(6.0, levels[-1]) == pytest.approx(0.1 - 0.02)  # what it kept, less a packet
-    j.trimmed(6.0, 0.08)
-    assert j.trimmed_s == pytest.approx(0.08)
+    j.trimmed(0.02)
+    assert j.excess(6.02, 0.08) == pytest.approx(0.06)  # a packet dropped: the rest still to go
+    j.trimmed(0.06)
+    assert j.excess(6.04, 0.02) == 0.0 and j.trimmed_s == pytest.approx(0.08)
     for k in range(100):  # a fifth of the spell near empty: nothing to spare
         assert j.excess(6.05 + 0.05 * k, 0.1 if k % 5 else 0.005) == 0.0
     j.underrun(12.0)
