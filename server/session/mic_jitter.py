@@ -24,9 +24,9 @@ class MicJitter:
 
     margin_s: float = 0.02  # left waiting after a trim: one packet
     steady_s: float = 5.0  # no underrun for this long before the buffer is trimmed
+    spare_percentile: float = 10.0  # of the audio left waiting after each take, over a spell: what it never needed
     underruns: int = field(default=0, init=False)
     trimmed_s: float = field(default=0.0, init=False)  # audio dropped by trims, in all
-    spare_percentile: float = 10.0  # of the audio left waiting after each take, over a spell: what it never needed
     _since: float | None = field(default=None, init=False)  # start of the current steady spell
     # audio left waiting after each take, this spell (the latest 20 s of 20 ms ticks at most: a loud
     # stream that is never quiet enough to trim keeps no more)
