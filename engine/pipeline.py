@@ -639,6 +639,13 @@ class StreamSession(AudioFed):
             return 0
         return frame_span(lo, hi - lo, self._td)[1] * self._spf + heard.lookahead
 
+    @property
+    def lookahead_samples(self) -> int:
+        """Audio past a frame's end its heard mouth waits for (0 for a session that does not hear):
+        audio fed again that far back (``rewrite``) still reaches frames not made yet."""
+        heard = self.redraw.heard if self.redraw is not None else None
+        return heard.lookahead if heard is not None else 0
+
     def drawable(self, most: int | None = None) -> range:
         """The next frames a session with a backlog can draw now (at most ``most``): their mouths
         heard and the motions they are drawn at read. Keeping up, that is one frame at a time; behind
@@ -655,6 +662,9 @@ class StreamSession(AudioFed):
         heard = self.redraw.heard if self.redraw is not None else None
         if heard is None or not len(frames):
             return None
+        changed = self.audio.take_changed()
+        if changed is not None:
+            heard.rewind(changed)
         end = frames[-1] * self._spf + self._spf + heard.lookahead
         final = self.audio.closed and self.audio.total < end
         return self.audio.read(heard.heard, min(end, self.audio.total)), final

@@ -82,6 +82,7 @@ class AudioBuffer:
         self.offset = 0
         self.total = 0
         self.closed = False
+        self._changed: int | None = None  # the first sample rewritten or silenced since ``take_changed``
 
     def feed(self, pcm: np.ndarray) -> None:
         pcm = np.asarray(pcm, dtype=np.float32).reshape(-1)
@@ -121,7 +122,32 @@ class AudioBuffer:
             if cut == self._data.size:
                 return 0
             self._data[cut:] = 0.0
+            self._mark(self.offset + cut)
             return self._data.size - cut
+
+    def write(self, start: int, pcm: np.ndarray) -> int:
+        """Replace the held samples from ``start`` on by ``pcm`` (audio fed again: later news of
+        what those samples are); what lies past the end of the audio fed is not fed here, and what
+        was already released stays as it was. Returns how many samples were replaced."""
+        pcm = np.asarray(pcm, dtype=np.float32).reshape(-1)
+        with self._lock:
+            self._merge()
+            lo, hi = max(start, self.offset), min(start + pcm.size, self.offset + self._data.size)
+            if hi <= lo:
+                return 0
+            self._data[lo - self.offset:hi - self.offset] = pcm[lo - start:hi - start]
+            self._mark(lo)
+            return hi - lo
+
+    def _mark(self, sample: int) -> None:
+        self._changed = sample if self._changed is None else min(self._changed, sample)
+
+    def take_changed(self) -> int | None:
+        """The first sample rewritten or silenced since the last call (None: none was): whoever
+        already heard audio from there must hear it again."""
+        with self._lock:
+            changed, self._changed = self._changed, None
+            return changed
 
     def release_before(self, index: int) -> None:
         with self._lock:
@@ -154,6 +180,12 @@ class AudioFed:
         """Zero the audio fed at or after ``sample`` that no frame was made of yet (an
         interrupt: the face stops speaking where the voice was cut). Thread-safe."""
         return self.audio.silence_from(sample)
+
+    def rewrite(self, start: int, pcm: np.ndarray) -> int:
+        """Audio fed again from ``start`` on (``pcm`` replaces what was fed there): frames not made
+        yet take it, mouths and all. Audio within ``lookahead_samples`` of the end of what was fed
+        belongs to frames not made yet. Returns how many samples were replaced. Thread-safe."""
+        return self.audio.write(start, pcm)
 
     def frame_limit(self) -> int | None:
         """Frames the stream has in all, once the input is closed (a partial last frame counts)."""

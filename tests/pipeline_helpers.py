@@ -14,8 +14,9 @@ FPS = 25
 class FakeEngine:
     """Both ports: records each block fed, the cuts and the origins told, and keeps up (generated = fed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lookahead_samples: int = 0) -> None:
         self.info = SimpleNamespace(sample_rate=RATE, fps=FPS)
+        self.lookahead_samples = lookahead_samples
         self.blocks: list[tuple[int, np.ndarray]] = []
         self.silenced: list[int] = []
         self.origins: list[float | None] = []
@@ -31,7 +32,11 @@ class FakeEngine:
 
     @property
     def fed(self) -> int:
-        return sum(b.size for _, b in self.blocks)
+        return max((start + b.size for start, b in self.blocks), default=0)
 
     def timeline(self) -> np.ndarray:
-        return np.concatenate([b for _, b in self.blocks]) if self.blocks else np.zeros(0, np.float32)
+        """The audio fed, each block written where it starts (a later one over an earlier)."""
+        out = np.zeros(self.fed, np.float32)
+        for start, b in self.blocks:
+            out[start:start + b.size] = b
+        return out

@@ -55,6 +55,13 @@ class CloseInput:
 
 
 @dataclass(frozen=True)
+class Rewrite:
+    sid: int
+    start: int
+    pcm: np.ndarray
+
+
+@dataclass(frozen=True)
 class Silence:
     sid: int
     sample: int
@@ -91,7 +98,7 @@ class Stop:
     pass
 
 
-Command = Open | Feed | CloseInput | Silence | SetQuality | Step | Drop | Call | Stop
+Command = Open | Feed | CloseInput | Rewrite | Silence | SetQuality | Step | Drop | Call | Stop
 
 
 class FollowerPipeline(Pipeline):
@@ -142,6 +149,8 @@ class Replica:
                 self.sessions[sid].feed(pcm)
             case CloseInput(sid):
                 self.sessions[sid].close_input()
+            case Rewrite(sid, start, pcm):
+                self.sessions[sid].rewrite(start, pcm)
             case Silence(sid, sample):
                 self.sessions[sid].silence_from(sample)
             case SetQuality(sid, quality):
@@ -301,6 +310,10 @@ class MirroredSession:
 
     def close_input(self) -> None:
         self.pipe.mirror.change(CloseInput(self.sid), self.local.close_input)
+
+    def rewrite(self, start: int, pcm: np.ndarray) -> int:
+        pcm = np.asarray(pcm, dtype=np.float32).reshape(-1).copy()
+        return self.pipe.mirror.change(Rewrite(self.sid, start, pcm), lambda: self.local.rewrite(start, pcm))
 
     def silence_from(self, sample: int) -> int:
         return self.pipe.mirror.change(Silence(self.sid, sample), lambda: self.local.silence_from(sample))

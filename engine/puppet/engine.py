@@ -153,6 +153,12 @@ class PuppetSession(AudioFed):
     def first_chunk_samples(self) -> int:
         return self.pipe.first_chunk_samples
 
+    @property
+    def lookahead_samples(self) -> int:
+        """Audio past a frame's end the tracker waits for: fed again that far back (``rewrite``),
+        audio still reaches frames not made yet."""
+        return self.pipe.lookahead
+
     def set_quality(self, quality: Quality) -> None:
         """Kept and reported, nothing more: the puppet has no I chunks, steps or guidance."""
         self.quality = quality
@@ -223,6 +229,9 @@ class PuppetSession(AudioFed):
     def _track(self, heard: int) -> list[FaceState]:
         """States of the audio up to sample ``heard``; once the input is closed and that reaches
         its end, of all of it (the tracker closed)."""
+        changed = self.audio.take_changed()
+        if changed is not None:
+            self.pushed = min(self.pushed, self.tracker.rewind(changed))
         if self.audio.closed and heard >= self.audio.total:
             if self.tracker.closed:
                 return []

@@ -121,6 +121,25 @@ class MouthTracker:
         self.received += x.shape[0]
         return self._frames(((self.received + 1) * self.fps - 1) // self.sample_rate, self.lookahead_frames)
 
+    def rewind(self, sample: int) -> int:
+        """The audio from ``sample`` on changed (rewritten, or silenced by an interrupt): hear it
+        again from the start of the frame holding it, or of the next frame to make if that is
+        later (a made frame stays made). Returns the sample the next ``push`` must continue from."""
+        frame = max(self.frame, sample * self.fps // self.sample_rate)
+        start = frame * self.sample_rate // self.fps  # as frame_bounds has it
+        if self.closed or start >= self.received:
+            return self.received
+        if frame >= self.heard_frames:  # within the frame being gathered: only its later samples go
+            self.pending = self.pending[:start - self.heard_frames * self.sample_rate // self.fps]
+        else:
+            self.recognizer.rewind(self.resampler.rewind(start))
+            self.gate.rewind()
+            del self.levels[frame - self.frame:]
+            self.heard_frames = frame
+            self.pending = np.zeros(0, np.float32)
+        self.received = start
+        return start
+
     def close(self) -> MouthTrack:
         """End of the audio: the remaining frames, the last one zero-padded."""
         if self.closed:

@@ -72,10 +72,18 @@ class PhoneRecognizer:
         current = self._current()
         return bool(current) and current[-1].name.startswith(("SIL", "+")) and current[-1].end - current[-1].start > 0.1
 
-    def _restart(self) -> None:
+    def rewind(self, sample: int) -> None:
+        """Forget what was heard from ``sample`` on (the audio there changed): the utterance ends,
+        its phones cut at ``sample``, and decoding starts again there."""
+        if sample < self.heard:
+            self._restart(sample)
+
+    def _restart(self, at: int | None = None) -> None:
         self.decoder.end_utt()
+        self.heard = self.heard if at is None else at
         now = self.heard / SAMPLE_RATE
-        self.earlier = [p for p in self.earlier + self._current() if p.end > now - KEEP_SECONDS]
+        self.earlier = [Phone(p.name, p.start, min(p.end, now)) for p in self.earlier + self._current()
+                        if now - KEEP_SECONDS < p.end and p.start < now]
         self.start = self.heard
         self.decoder.start_utt()
 
@@ -103,6 +111,11 @@ class SpeechGate:
             self.level.step(min(max((prob - GATE_LOW) / (GATE_HIGH - GATE_LOW), 0.0), 1.0))
         return self.level.y
 
+    def rewind(self) -> None:
+        """The audio from the next window on is not what was heard: the samples short of a
+        window are dropped (the smoothed level stays, and falls or rises from there)."""
+        self.pending = np.zeros(0, np.float32)
+
 
 @dataclass
 class Resampler:
@@ -127,3 +140,13 @@ class Resampler:
         out = np.interp(pos, np.arange(ext.size), ext)
         self.taken, self.made, self.last = total, max(end, self.made), float(x[-1])
         return out.astype(np.float32)
+
+    def rewind(self, taken: int) -> int:
+        """Continue as if only ``taken`` input samples had come (the last of them taken as silence);
+        returns the output samples made of them."""
+        self.taken, self.last = taken, 0.0
+        if self.rate == SAMPLE_RATE or not taken:
+            self.made = taken
+        else:  # output k lies at input k * rate / SAMPLE_RATE: those up to the last input are made
+            self.made = ((taken - 1) * SAMPLE_RATE) // self.rate + 1
+        return self.made

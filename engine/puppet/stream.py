@@ -59,6 +59,10 @@ class FaceTracker:
         """Mono float audio continuing the stream (any length) -> states of the frames it completes."""
         return self._faces(self.mouth.push(pcm))
 
+    def rewind(self, sample: int) -> int:
+        """The audio from ``sample`` on changed; the sample to push again from (``MouthTracker.rewind``)."""
+        return self.mouth.rewind(sample)
+
     def close(self) -> list[FaceState]:
         return self._faces(self.mouth.close())
 

@@ -88,6 +88,7 @@ class EngineStream:
         self.quality_name = ""
         self.frames_per_chunk = info.frames_per_chunk  # of this session's preset
         self.first_chunk_samples = info.first_chunk_samples
+        self.lookahead_samples = 0  # pushed again this far back from the end, audio still reaches its frames
         self.error: EngineError | None = None
         self.lost = asyncio.Event()
         self.closed = False

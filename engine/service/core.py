@@ -46,8 +46,10 @@ class BatchedSession(Protocol):
     pipeline runs several of them at once with ``step_batch``."""
 
     first_chunk_samples: int  # audio its first chunk needs before it can run
+    lookahead_samples: int  # audio fed again this far back from the end still reaches its frames
 
     def feed(self, pcm: np.ndarray) -> None: ...
+    def rewrite(self, start: int, pcm: np.ndarray) -> int: ...
     def batch_key(self) -> BatchKey | None: ...
     def set_quality(self, quality: Quality) -> None: ...
     def silence_from(self, sample: int) -> int: ...
@@ -141,7 +143,8 @@ class EngineCore:
         return session
 
     def push(self, sid: str, start: int, samples: np.ndarray) -> None:
-        """Audio for samples ``[start, start + len)``; a gap is filled with silence, an overlap dropped."""
+        """Audio for samples ``[start, start + len)``: a gap is filled with silence; an overlap
+        replaces what was fed there (frames made of it stay as they were)."""
         s = self.sessions.get(sid)
         if s is None:
             return
@@ -149,11 +152,13 @@ class EngineCore:
             gap = np.zeros(start - s.fed, np.float32)
             s.stream.feed(gap)
             s.fed += gap.size
-        samples = samples[s.fed - start:] if start < s.fed else samples
+        if samples.size and float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) > VOICE_RMS:
+            s.voiced_until = start + samples.size + int(VOICE_HOLD_S * self.info.sample_rate)
+        if start < s.fed:
+            s.stream.rewrite(start, samples[:s.fed - start])
+            samples = samples[s.fed - start:]
         if samples.size == 0:
             return
-        if float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) > VOICE_RMS:
-            s.voiced_until = s.fed + samples.size + int(VOICE_HOLD_S * self.info.sample_rate)
         s.stream.feed(samples)
         s.fed += samples.size
 

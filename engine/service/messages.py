@@ -138,6 +138,7 @@ class SessionOpened:
     quality_name: str = ""
     frames_per_chunk: int = 0  # of this session's preset
     first_chunk_samples: int = 0  # audio its first chunk needs before it can run
+    lookahead_samples: int = 0  # audio pushed again this far back from the end still reaches its frames
     code: str = "bad_request"  # the API error code of a refusal: bad_request, or at_capacity (the worker is full)
     retry_after_s: int = 5  # an at_capacity refusal: when asking again may succeed
 

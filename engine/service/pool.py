@@ -228,6 +228,7 @@ class WorkerLink:
         stream.quality_level, stream.quality_name = opened.quality_level, opened.quality_name
         stream.frames_per_chunk = opened.frames_per_chunk or info.frames_per_chunk
         stream.first_chunk_samples = opened.first_chunk_samples or info.first_chunk_samples
+        stream.lookahead_samples = opened.lookahead_samples
         self.streams[sid] = stream
         return stream
 

@@ -369,7 +369,8 @@ class Worker:
         self.slots[msg.session] = slots
         self.clients.owner_of[msg.session] = client
         self.clients.send(client, SessionOpened(msg.session, None, session.level, session.ladder[session.level].name,
-                                                session.pipe.frames_per_chunk, session.stream.first_chunk_samples))
+                                                session.pipe.frames_per_chunk, session.stream.first_chunk_samples,
+                                                session.stream.lookahead_samples))
 
     def _close(self, name: str) -> None:
         self.core.close(name)

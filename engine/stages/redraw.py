@@ -126,6 +126,10 @@ class HeardMouth:
         """Samples past a frame's end its mouth waits for."""
         return self.tracker.lookahead
 
+    def rewind(self, sample: int) -> None:
+        """The audio from ``sample`` on changed: hear it again (frames already made stay)."""
+        self.tracker.rewind(sample)
+
     def hear(self, audio: np.ndarray, final: bool = False) -> np.ndarray:
         """The audio from ``heard`` on -> the eased mouths of the frames it settles, (frames, 5);
         ``final``: the audio ends there, so every frame it covers is made (and nothing after)."""

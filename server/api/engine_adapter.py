@@ -141,9 +141,15 @@ class EngineLink:
     def first_chunk_samples(self) -> int:
         return self.stream.first_chunk_samples
 
+    @property
+    def lookahead_samples(self) -> int:
+        """How far back from the end of what was fed audio may be fed again and still make the
+        frames it belongs to (the frames wait that long past their end before they are made)."""
+        return self.stream.lookahead_samples
+
     def feed(self, start: int, samples: np.ndarray) -> None:
-        """Audio for the engine's timeline from sample ``start`` on, in order (the feed clock
-        counts the samples fed)."""
+        """Audio for the engine's timeline from sample ``start`` on (the feed clock counts the
+        samples fed); from before the end of what was fed, it replaces what was fed there."""
         if samples.size:
             self.stream.push_audio(start, samples)
 

@@ -150,7 +150,10 @@ class EngineInput(Protocol):
     @property
     def first_chunk_samples(self) -> int: ...  # audio the first chunk needs before it can run
 
-    def feed(self, start: int, samples: np.ndarray) -> None: ...
+    @property
+    def lookahead_samples(self) -> int: ...  # fed again this far back from the end, audio still makes its frames
+
+    def feed(self, start: int, samples: np.ndarray) -> None: ...  # start < what was fed: those samples fed again
 
     def silence_from(self, sample: int) -> None: ...
 

@@ -8,6 +8,12 @@ timeline slips, memory stays bounded) rather than queued without limit. In agent
 cap is tighter: silence fed far ahead of the frames would only delay the next utterance
 behind it, so speech waits in the intake and enters the engine just in time. In mirror mode the
 microphone's buffer grows with its underruns and is trimmed back when steady (``MicJitter``).
+
+Agent speech that comes after silence goes back over that silence where the engine has not made
+frames of it yet (``rewrite_samples``: the heard mouth's lookahead), when enough of it is queued to
+fill what is fed again: its first frame no longer waits for lookahead audio to arrive, since the
+speech to come is already here. A voice that streams in no faster than real time starts where the
+feed has got to, as before.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class Feeder:
         max_backlog_samples: int,
         mode: Mode,
         agent_backlog_samples: int | None = None,
+        rewrite_samples: int = 0,
     ) -> None:
         self.sample_rate = sample_rate
         self.speech = speech
@@ -58,6 +65,8 @@ class Feeder:
         self.max_backlog_samples = max_backlog_samples
         self.agent_backlog_samples = max_backlog_samples if agent_backlog_samples is None else agent_backlog_samples
         self.mode: Mode = mode
+        self.rewrite_samples = rewrite_samples  # how far back agent speech may be fed again, over silence
+        self._sealed = 0  # nothing before this timeline sample is fed again: speech, mic audio, muted audio
         self.fed = 0
         self.skipped = 0
         self._anchor_time: float | None = None
@@ -91,15 +100,31 @@ class Feeder:
             self.skipped += n
             return FeedBlock(self.fed, np.zeros(0, np.float32), skipped=n)
         if self.mode == "mirror":
-            got, segments = self._take_mic(now, n), []
+            start, got, segments = self.fed, self._take_mic(now, n), []
+            self._sealed = self.fed + n
         else:
             self.mic.take(len(self.mic))
-            got, segments = self.speech.take(n)
-        block = np.zeros(n, np.float32)
+            start = self._speech_start(n)
+            got, segments = self.speech.take(self.fed + n - start)
+            if got.size:
+                self._sealed = max(self._sealed, start + got.size)
+        block = np.zeros(self.fed + n - start, np.float32)
         block[: got.size] = got
-        out = FeedBlock(self.fed, block, segments)
+        out = FeedBlock(start, block, segments)
         self.fed += n
         return out
+
+    def seal(self) -> None:
+        """Nothing fed so far is fed again (an interrupt mutes it)."""
+        self._sealed = self.fed
+
+    def _speech_start(self, n: int) -> int:
+        """Where this tick's speech starts: back over the silence fed since the last speech, as far
+        as ``rewrite_samples`` reaches, if the queue fills all that is fed again; else at ``fed``."""
+        start = max(self._sealed, self.fed - self.rewrite_samples)
+        if start >= self.fed or not self.speech.fills(self.fed + n - start):
+            return self.fed
+        return start
 
     def _take_mic(self, now: float, n: int) -> np.ndarray:
         """``n`` due microphone samples (fewer if they are not in yet); the buffer's jitter is learnt from it."""

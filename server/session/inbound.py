@@ -57,6 +57,7 @@ class Inbound:
             int(feed.max_engine_backlog_s * sr),
             options.mode or settings.session.default_mode,
             int(feed.agent_engine_backlog_s * sr),
+            link.lookahead_samples,
         )
         self.voice = AgentVoice(
             speech,

@@ -28,6 +28,8 @@ class FeedPosition(Protocol):
     mode: Mode
     fed: int
 
+    def seal(self) -> None: ...  # nothing fed so far is fed again
+
 
 class AgentVoice:
     """Owns the intake, the playback tracker, the voice gate and barge-in of one session."""
@@ -105,6 +107,7 @@ class AgentVoice:
         cut = self.gate.released_until
         fed = self._feed.fed
         if self._feed.mode == "agent":  # in mirror mode the voice is the user's own: never muted
+            self._feed.seal()
             self.gate.mute(cut, fed)
             self.on_cut(cut)
         for event in self.tracker.interrupt(cut):

@@ -129,6 +129,18 @@ class SpeechQueue:
         if utterance in self._items:
             self._items.remove(utterance)
 
+    def fills(self, n: int) -> bool:
+        """Whether :meth:`take` of ``n`` would give speech all through: ``n`` samples, or every
+        utterance it reaches to its end (none of them still arriving and run dry)."""
+        queued = 0
+        for utt in self._items:
+            queued += utt.remaining
+            if queued >= n:
+                return True
+            if not utt.closed:
+                return False
+        return queued > 0
+
     def take(self, n: int) -> tuple[np.ndarray, list[Segment]]:
         """Up to ``n`` samples of queued speech (fewer when the queue, or an open head, runs dry)."""
         parts: list[np.ndarray] = []

@@ -251,3 +251,29 @@ def test_sessions_drawn_from_the_latents_run_at_the_configured_redrawn_steps(mic
     shown = [f.index for _, f in drawn.frames["drawn"]]
     assert drawn.batch == ("drawn",) and shown == list(range(len(shown))) and len(calls) == 2
     assert 1 <= len(shown) <= pipe.preset("fast").frames_per_chunk, "the frames due, up to a chunk's"
+
+
+def test_audio_pushed_again_replaces_what_no_frame_was_made_of(core):
+    """A push that starts before the end of what was fed replaces the audio there (a voice fed
+    back over silence); frames made earlier keep theirs."""
+    core.open("a", SessionSpec(drawn=True), core.slot_frames)
+    back = core.sessions["a"].stream.lookahead_samples
+    assert back > 0
+    core.push("a", 0, np.zeros(16000, np.float32))
+    frames = []
+    while (outcome := core.step()) is not None:
+        give_back(core, outcome)
+        frames += [f for _, f in outcome.frames["a"]]
+    tone = 0.3 * np.sin(np.arange(8000) / 5.0).astype(np.float32)
+    core.push("a", 16000 - back, tone)
+    assert core.sessions["a"].fed == 16000 - back + tone.size
+    assert core.sessions["a"].voiced_until > 16000  # the voice counts from where it was put
+    core.push("a", 16000 - back + tone.size, np.zeros(16000, np.float32))
+    while (outcome := core.step()) is not None:
+        give_back(core, outcome)
+        frames += [f for _, f in outcome.frames["a"]]
+    timeline = np.concatenate([np.zeros(16000 - back, np.float32), tone, np.zeros(16000, np.float32)])
+    assert [f.index for f in frames] == list(range(len(frames))) and len(frames) > 40
+    assert frames[(16000 - back) // 640].audio.any() and not frames[(16000 - back) // 640 - 1].audio.any()
+    for f in frames:
+        np.testing.assert_array_equal(f.audio, timeline[f.sample_index:f.sample_index + f.audio.size])

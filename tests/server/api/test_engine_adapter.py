@@ -29,6 +29,7 @@ class FakeStream:
         self.slots = SimpleNamespace(height=48, width=32)
         self.frames_per_chunk = frames_per_chunk
         self.first_chunk_samples = 9600
+        self.lookahead_samples = 2560
         self.state_bytes = 1234
         self.quality_events: asyncio.Queue = asyncio.Queue()
         self.refs: asyncio.Queue[PublishedFrame | None] = asyncio.Queue()
@@ -94,7 +95,8 @@ async def test_frames_reach_the_sink_a_chunk_at_a_time_until_the_engine_loses_th
 async def test_audio_interrupts_and_deadlines_are_passed_on_small_deadline_moves_are_not() -> None:
     stream = FakeStream()
     link = EngineLink(stream, "fast", "s_1", drawn=True)  # type: ignore[arg-type]
-    assert (link.frame_size, link.first_chunk_samples, link.nbytes(), link.drawn) == ((48, 32), 9600, 1234, True)
+    assert (link.frame_size, link.first_chunk_samples, link.lookahead_samples, link.nbytes(), link.drawn) == (
+        (48, 32), 9600, 2560, 1234, True)
     link.feed(0, np.zeros(0, np.float32))  # nothing to feed: no message
     link.feed(0, np.zeros(320, np.float32))
     link.silence_from(160)

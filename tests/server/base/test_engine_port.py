@@ -37,7 +37,7 @@ def test_the_engines_info_and_quality_changes_have_all_the_server_reads() -> Non
 
 def test_each_pipeline_reaches_only_its_end_of_the_session_engine() -> None:
     into, out = members(engine_port.EngineInput), members(engine_port.EngineOutput)
-    assert into == {"info", "first_chunk_samples", "feed", "silence_from"}
+    assert into == {"info", "first_chunk_samples", "lookahead_samples", "feed", "silence_from"}
     assert {"deliver", "set_origin", "quality_changes", "nbytes", "close"} <= out
     assert not (into - {"info"}) & out  # the two pipelines share only the engine's rates
     assert members(engine_port.SessionEngine) == {"drawn"}

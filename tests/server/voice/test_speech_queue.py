@@ -34,3 +34,15 @@ def test_speech_queue_backlog_cap_and_clear():
     q.take(100)
     cut, unstarted = q.clear()
     assert cut.id == "a" and cut.fed == 100 and [u.id for u in unstarted] == ["c"]
+
+
+def test_fills_says_whether_a_take_would_be_speech_all_through():
+    q = SpeechQueue(10_000, 64)
+    assert not q.fills(100)  # nothing queued
+    q.append(utt("a", 300))
+    assert q.fills(300) and q.fills(1000)  # a closed utterance ends: what follows is silence anyway
+    u = q.open("b")
+    q.extend(u, np.full(200, 0.5, np.float32))
+    assert q.fills(500) and not q.fills(501)  # the open one still arriving would run dry
+    q.close(u)
+    assert q.fills(5000)
