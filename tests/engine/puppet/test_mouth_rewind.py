@@ -74,5 +74,7 @@ def test_a_resampler_rewound_continues_as_if_only_that_much_had_come() -> None:
         fresh, rewound = Resampler(rate), Resampler(rate)
         made = fresh.push(x[:9000]).size
         rewound.push(x)
-        assert rewound.rewind(9000) == made == fresh.made
-        np.testing.assert_allclose(rewound.push(x[9000:]), fresh.push(x[9000:]), atol=0.05)
+        assert rewound.rewind(9000) == made
+        after, expected = rewound.push(x[9000:]), fresh.push(x[9000:])
+        assert after.size == expected.size  # the same samples from here on, but for the first,
+        np.testing.assert_allclose(after[1:], expected[1:], atol=1e-6)  # drawn from silence before it
