@@ -71,4 +71,4 @@ class FeedLoop:
                         self._tracker.end(seg.utterance_id)
                 self._link.feed(block.start, block.samples)
                 self._on_fed(now, block.start, block.samples)
-            await asyncio.sleep(self._tick_s)
+            await asyncio.sleep(feeder.next_tick(time.monotonic(), self._tick_s))

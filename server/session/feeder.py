@@ -18,6 +18,7 @@ feed has got to, as before.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,7 @@ from server.voice.speech import Segment, SpeechQueue
 
 MIC_LIVE_S = 0.5  # a microphone that sent samples this recently is live: its missing samples are an underrun
 QUIET = 0.01  # microphone audio whose peak stays below this (of full scale) may be trimmed
+TICK_SLACK_S = 0.001  # a tick wakes this long after its grid instant
 
 
 @dataclass
@@ -82,6 +84,17 @@ class Feeder:
     def start(self, now: float) -> None:
         self._anchor_time = now
         self._anchor_fed = self.fed
+
+    def next_tick(self, now: float, tick_s: float) -> float:
+        """Seconds until the next tick on the clock's own grid (every ``tick_s`` from its start, a
+        millisecond late so its samples are due): each tick feeds the same whole number of samples, so
+        the ticks that complete a frame's audio come one frame apart, never drifting across the
+        frames (a tick every ``tick_s`` after the last would, by its own lateness)."""
+        if self._anchor_time is None:
+            return tick_s
+        start = self._anchor_time + self.holdback_s
+        k = math.floor((now - start - TICK_SLACK_S) / tick_s) + 1
+        return max(0.0, start + k * tick_s + TICK_SLACK_S - now)
 
     def due(self, now: float) -> int:
         if self._anchor_time is None:

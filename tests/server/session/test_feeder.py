@@ -147,3 +147,24 @@ def test_a_feeder_whose_engine_takes_nothing_back_feeds_speech_at_the_end():
     f.tick(0.5, 0)
     f.speech.append(utt("a", 4000))
     assert f.tick(0.52, 0).start == 8000
+
+
+def test_ticks_keep_to_the_clocks_grid_however_late_each_wakes():
+    """A tick that wakes late does not push the next one later: every tick lands on the grid
+    (a millisecond after it), so each feeds one tick's samples and frames complete a frame apart."""
+    f = make_feeder(holdback=0.04)
+    assert f.next_tick(5.0, 0.02) == 0.02  # before the clock starts: one tick
+    f.start(10.0)
+    now = 10.0
+    while f.fed == 0:  # past the holdback
+        now += f.next_tick(now, 0.02)
+        f.tick(now, 0)
+    late_before = 0.0
+    for lateness in [0.0, 0.004, 0.011, 0.0, 0.019, 0.002] * 5:
+        now += f.next_tick(now, 0.02) + lateness
+        grid = (now - lateness - 10.04 - 0.001) / 0.02
+        assert abs(grid - round(grid)) < 1e-6
+        n = f.tick(now, 0).samples.size
+        assert abs(n - round(SR * (0.02 + lateness - late_before))) <= 1  # what the late one took, this one does not
+        late_before = lateness
+    assert abs(f.fed - SR * (now - 10.04)) <= 1
