@@ -93,7 +93,7 @@ class Feeder:
         if self._anchor_time is None:
             return tick_s
         start = self._anchor_time + self.holdback_s
-        k = math.floor((now - start - TICK_SLACK_S) / tick_s) + 1
+        k = math.floor((now - start - TICK_SLACK_S) / tick_s + 1e-9) + 1  # on a grid instant: the next one
         return max(0.0, start + k * tick_s + TICK_SLACK_S - now)
 
     def due(self, now: float) -> int:
