@@ -13,7 +13,8 @@ Agent speech that comes after silence goes back over that silence where the engi
 frames of it yet (``rewrite_samples``: the heard mouth's lookahead), when enough of it is queued to
 fill what is fed again: its first frame no longer waits for lookahead audio to arrive, since the
 speech to come is already here. A voice that streams in no faster than real time starts where the
-feed has got to, as before.
+feed has got to, as before. The engine hears what is fed again once more, so the feed goes back
+only over at least half that lookahead, and not again before as much silence has been fed anew.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class Feeder:
             got, segments = self.speech.take(self.fed + n - start)
             if got.size:
                 self._sealed = max(self._sealed, start + got.size)
+            if start < self.fed:  # gone back once: not again before as much silence has been fed anew
+                self._sealed = self.fed + n
         block = np.zeros(self.fed + n - start, np.float32)
         block[: got.size] = got
         out = FeedBlock(start, block, segments)
@@ -133,10 +136,12 @@ class Feeder:
 
     def _speech_start(self, n: int) -> int:
         """Where this tick's speech starts: back over the silence fed since the last speech, as far
-        as ``rewrite_samples`` reaches, if the queue fills all that is fed again; else at ``fed``."""
+        as ``rewrite_samples`` reaches, if that is at least half of it (the engine hears what it
+        rewrites again: going back for every short pause, or a flood of tiny utterances, would
+        multiply that) and the queue fills all that is fed again; else at ``fed``."""
         start = max(self._sealed, self.fed - self.rewrite_samples)
-        if start >= self.fed or not self.speech.fills(self.fed + n - start):
-            return self.fed
+        if self.fed - start < self.rewrite_samples // 2 or not self.speech.fills(self.fed + n - start):
+            return self.fed  # a short way back buys little and costs the engine's ear a rehearing
         return start
 
     def _take_mic(self, now: float, n: int) -> np.ndarray:

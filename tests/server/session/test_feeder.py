@@ -107,9 +107,26 @@ def test_speech_streamed_in_real_time_starts_where_the_feed_is():
     assert f.tick(0.54, 0).start == 8320  # in time: it runs on
     assert not f.tick(0.56, 0).samples.any()  # the next packet is late: 320 samples of silence
     f.speech.extend(u, np.full(960, 0.5, np.float32))
-    block = f.tick(0.58, 0)
-    assert block.start == 8960 - 320  # back over that silence, to where the voice left off
-    assert block.samples.size == 640 and block.samples.min() == 0.5
+    assert f.tick(0.58, 0).start == 8960  # a gap that short stays (going back costs a rehearing)
+    for t in (0.60, 0.62, 0.64, 0.66, 0.68, 0.70):  # a long stall: 1280 samples of silence after the voice
+        f.tick(t, 0)
+    f.speech.extend(u, np.full(3200, 0.5, np.float32))
+    block = f.tick(0.72, 0)
+    assert block.start == 11200 - 1280  # back over that silence, to where the voice left off
+    assert block.samples.size == 1600 and block.samples.min() == 0.5
+
+
+def test_a_flood_of_tiny_utterances_never_goes_back():
+    f = rewriting_feeder(2560)
+    f.start(0.0)
+    f.tick(0.5, 0)
+    starts, ends = [], []
+    for k in range(1, 50):
+        f.speech.append(utt(f"u{k}", 1))
+        ends.append(f.fed)
+        starts.append(f.tick(0.5 + 0.02 * k, 0).start)
+    assert starts[0] == 8000 - 2560  # the first, after silence, goes back
+    assert starts[1:] == ends[1:]  # the rest each at the end of what was fed, none back
 
 
 def test_a_short_closed_utterance_goes_back_too_and_silence_follows_it():
