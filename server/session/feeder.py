@@ -9,12 +9,8 @@ cap is tighter: silence fed far ahead of the frames would only delay the next ut
 behind it, so speech waits in the intake and enters the engine just in time. In mirror mode the
 microphone's buffer grows with its underruns and is trimmed back when steady (``MicJitter``).
 
-Agent speech that comes after silence goes back over that silence where the engine has not made
-frames of it yet (``rewrite_samples``: the heard mouth's lookahead), when enough of it is queued to
-fill what is fed again: its first frame no longer waits for lookahead audio to arrive, since the
-speech to come is already here. A voice that streams in no faster than real time starts where the
-feed has got to, as before. The engine hears what is fed again once more, so the feed goes back
-only over at least half that lookahead, and not again before as much silence has been fed anew.
+Agent speech that comes after silence may start back over the silence fed in the engine's
+lookahead (``SpeechRewind``).
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ import numpy as np
 from server.base.protocol import Mode
 from server.media.microphone import SampleFifo
 from server.session.mic_jitter import MicJitter
+from server.session.speech_rewind import SpeechRewind
 from server.voice.speech import Segment, SpeechQueue
 
 MIC_LIVE_S = 0.5  # a microphone that sent samples this recently is live: its missing samples are an underrun
@@ -68,8 +65,7 @@ class Feeder:
         self.max_backlog_samples = max_backlog_samples
         self.agent_backlog_samples = max_backlog_samples if agent_backlog_samples is None else agent_backlog_samples
         self.mode: Mode = mode
-        self.rewrite_samples = rewrite_samples  # how far back agent speech may be fed again, over silence
-        self._sealed = 0  # nothing before this timeline sample is fed again: speech, mic audio, muted audio
+        self.rewind = SpeechRewind(rewrite_samples)
         self.fed = 0
         self.skipped = 0
         self._anchor_time: float | None = None
@@ -115,15 +111,12 @@ class Feeder:
             return FeedBlock(self.fed, np.zeros(0, np.float32), skipped=n)
         if self.mode == "mirror":
             start, got, segments = self.fed, self._take_mic(now, n), []
-            self._sealed = self.fed + n
+            self.rewind.seal(self.fed + n)
         else:
             self.mic.take(len(self.mic))
-            start = self._speech_start(n)
+            start = self.rewind.start(self.fed, n, self.speech)
             got, segments = self.speech.take(self.fed + n - start)
-            if got.size:
-                self._sealed = max(self._sealed, start + got.size)
-            if start < self.fed:  # gone back once: not again before as much silence has been fed anew
-                self._sealed = self.fed + n
+            self.rewind.fed(start, got.size, self.fed + n, rewound=start < self.fed)
         block = np.zeros(self.fed + n - start, np.float32)
         block[: got.size] = got
         out = FeedBlock(start, block, segments)
@@ -132,17 +125,7 @@ class Feeder:
 
     def seal(self) -> None:
         """Nothing fed so far is fed again (an interrupt mutes it)."""
-        self._sealed = self.fed
-
-    def _speech_start(self, n: int) -> int:
-        """Where this tick's speech starts: back over the silence fed since the last speech, as far
-        as ``rewrite_samples`` reaches, if that is at least half of it (the engine hears what it
-        rewrites again: going back for every short pause, or a flood of tiny utterances, would
-        multiply that) and the queue fills all that is fed again; else at ``fed``."""
-        start = max(self._sealed, self.fed - self.rewrite_samples)
-        if self.fed - start < self.rewrite_samples // 2 or not self.speech.fills(self.fed + n - start):
-            return self.fed  # a short way back buys little and costs the engine's ear a rehearing
-        return start
+        self.rewind.seal(self.fed)
 
     def _take_mic(self, now: float, n: int) -> np.ndarray:
         """``n`` due microphone samples (fewer if they are not in yet); the buffer's jitter is learnt from it."""

@@ -28,7 +28,7 @@ async def test_trace_follows_a_tone_from_feed_to_screen(monkeypatch) -> None:
         session = srv.manager.sessions[live.id]
         auth = {"Authorization": f"Bearer {live.session['token']}"}
         assert await wait_until(lambda: len(session.trace.shown) > 10, 20)
-        back = session.inbound.feeder.rewrite_samples
+        back = session.inbound.feeder.rewind.back
         pushed = time.monotonic()
         await live.events.send(append_message(tone(1.0), SR, "t"))
         await live.events.send({"type": "audio.commit"})
