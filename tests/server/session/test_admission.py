@@ -49,7 +49,10 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
                     waited = time.monotonic() - t0
                     loop_full = held.status_code == 503 and "event loop" in held.json()["error"]["message"]
                     # the loop (which runs this test's clients too) may refuse at once, before the engine is asked
-                    assert loop_full or window - 0.2 <= waited <= window + 2.0, (window, waited, held.text)
+                    if loop_full:  # refused by the loop itself, at once: no engine window waited for
+                        assert waited < 1.0, (waited, held.text)
+                    else:
+                        assert window - 0.2 <= waited <= window + 2.0, (window, waited, held.text)
                     if held.status_code == 201:  # there was room: admitted, with no refusal to retry
                         await srv.http.delete(f"/v1/sessions/{held.json()['session_id']}",
                                               headers={"Authorization": f"Bearer {held.json()['token']}"})
