@@ -104,6 +104,8 @@ class PlayoutBuffer:
             if not (newest and self._should_resync(slot, now_rel)):
                 self._arrivals.top = max(self._arrivals.top, frame.index)
                 self._counts.frames_in += 1
+                if slot >= self._epochs.current.start:
+                    self._delay.arrived_late(slot, now_rel, self._released_w)
                 self._drop(now_rel)
                 return True
             self._resync(frame, now_rel)

@@ -23,12 +23,15 @@ class PlayoutConfig:
     min_delay: float = 0.04
     jitter_margin: float = 0.02  # added to the latest arrival of the steady window (L is then on the quantum grid)
     max_delay: float = 1.5
-    raise_step: float = 0.1  # added to L after an underrun
+    raise_step: float = 0.04  # added to L at an underrun (the late frame then raises it to what it needed)
     decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production ...
     quiet_decay_per_s: float = 0.5  # ... or this much while the frames played are silent (skipping them is not heard)
     quiet_level: float = 0.01  # a frame whose audio peaks below this (of full scale) is silent
-    steady_after_s: float = 3.0  # no miss for this long before L may shrink (doubles after each underrun)
-    steady_max_s: float = 60.0  # the longest that proof of steadiness is ever asked to be
+    steady_after_s: float = 3.0  # no miss for this long before L may shrink; the window of arrivals L heeds ...
+    steady_max_s: float = 60.0  # ... starts as long and doubles after each underrun, up to this
+    # The share of a window's frames whose lateness L need not cover: one slow chunk a minute on a
+    # loaded machine is a frame or two missed, cheaper than a delay raised for the whole call.
+    miss_budget: float = 0.002
     capacity_frames: int = 150
     # A consumer this late still gets every slot (back to back); later than this it skips ahead.
     audio_late_tolerance_s: float = 0.2
@@ -52,9 +55,9 @@ class PlayoutConfig:
         if self.capacity_frames < 1:
             raise ValueError("capacity_frames must be at least 1")
         if min(self.raise_step, self.decay_per_s, self.quiet_decay_per_s, self.steady_after_s, self.quiet_level,
-               self.jitter_margin) < 0:
-            raise ValueError("raise_step, decay_per_s, quiet_decay_per_s, steady_after_s, quiet_level and "
-                             "jitter_margin must not be negative")
+               self.jitter_margin, self.miss_budget) < 0:
+            raise ValueError("raise_step, decay_per_s, quiet_decay_per_s, steady_after_s, quiet_level, "
+                             "jitter_margin and miss_budget must not be negative")
         if self.audio_late_tolerance_s < 0 or (self.video_late_tolerance_s or 0) < 0:
             raise ValueError("late tolerances must not be negative")
         if self.resync_after_late < 1:

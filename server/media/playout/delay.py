@@ -1,16 +1,20 @@
 """The playout delay L: when it rises, when it may shrink, and which L is in effect at an instant.
 
 L only takes whole multiples of the quantum where the video and audio grids meet, and a new
-L takes effect at such an instant for both tracks at once. An underrun raises the target by
-a step and doubles how long production must then stay steady before L shrinks again, so L
-stops probing its way back down into the same underrun; it shrinks only while recent frames
-arrived early enough that a shorter L would still have been in time, and never below the L the
-latest of them needed (plus a margin): L follows the measured production jitter down, faster
-through silence, where the frames a shrink skips are not heard.
+L takes effect at such an instant for both tracks at once. An underrun raises the target by a
+step at once, and the late frame, when it comes, raises it to what that frame needed. L
+remembers the arrivals of a window that doubles after each underrun, so it stops probing its way
+back down into the same underrun; it shrinks only while that window's frames arrived early
+enough that a shorter L would still have had them in time, all but a small budget of them (a
+loaded machine's rare slow chunk costs a frame or two once a minute, not a quarter second of
+delay for the whole call), and never below what they needed plus a margin: L follows the
+measured production jitter down, faster through silence, where the frames a shrink skips are
+not heard.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from fractions import Fraction
@@ -32,11 +36,12 @@ class DelayController:
         # (instant, L in quanta from then on); instants are on the quantum grid.
         self._changes: deque[tuple[Fraction, int]] = deque([(Fraction(0), self.quanta(self.target))], maxlen=16)
         self._last_miss = 0.0
-        self._steady_s = config.steady_after_s
+        self._memory_s = config.steady_after_s  # how far back arrivals count (doubles after each underrun)
         self._last_decay = 0.0
-        # Sliding-window minimum of (media time - arrival time) of recent frames: the evidence
-        # that a shorter L would still have been in time.
-        self._early: deque[tuple[float, float]] = deque()
+        # (arrival instant, media time - arrival time) of the window's frames, in arrival order and
+        # the second sorted: the evidence that a shorter L would still have been in time.
+        self._arrivals: deque[tuple[float, float]] = deque()
+        self._ahead: list[float] = []
 
     def quanta(self, delay: float) -> int:
         return min(self._q_max, max(self._q_min, math.ceil(delay / float(self._quantum) - EPS)))
@@ -61,12 +66,22 @@ class DelayController:
         self._last_miss = w
 
     def underrun(self, w: Fraction, released_w: Fraction) -> None:
-        """The video slot at w had no frame: raise L (from after everything already released)."""
+        """The video slot at w had no frame: raise L by a step (from after everything already
+        released) and remember arrivals longer."""
         cfg = self.config
         self._last_miss = float(w)
-        self._steady_s = min(max(cfg.steady_max_s, cfg.steady_after_s), 2 * self._steady_s)
+        self._memory_s = min(max(cfg.steady_max_s, cfg.steady_after_s), 2 * self._memory_s)
         self.target = min(cfg.max_delay, self.target + cfg.raise_step)
         self._schedule(w, released_w)
+
+    def arrived_late(self, slot: int, now: float, released_w: Fraction) -> None:
+        """A frame for ``slot`` came at ``now``, after its slot was played: remember it, and raise
+        L to what it needed unless the window's miss budget covers it."""
+        self.arrived(slot, now)
+        needed = self._needed(now)
+        if needed is not None and needed > self.target:
+            self.target = min(self.config.max_delay, needed)
+            self._schedule(Fraction(now), released_w)
 
     def shown(self, w: Fraction, released_w: Fraction, quiet: bool = False) -> None:
         """A fresh frame played at w: shrink L once production has been steady and had room,
@@ -74,7 +89,7 @@ class DelayController:
         not heard, and an idle face moves little)."""
         cfg = self.config
         now = float(w)
-        since = max(self._last_decay, self._last_miss + self._steady_s)
+        since = max(self._last_decay, self._last_miss + cfg.steady_after_s)
         self._last_decay = now
         if now <= since:
             return
@@ -90,13 +105,14 @@ class DelayController:
     def arrived(self, slot: int, now: float) -> None:
         """A frame for playout ``slot`` arrived at instant ``now``."""
         ahead = float(slot * self._frame_period) - now
-        while self._early and self._early[-1][1] >= ahead:
-            self._early.pop()
-        self._early.append((now, ahead))
+        self._arrivals.append((now, ahead))
+        bisect.insort(self._ahead, ahead)
+        self._forget_before(now - self._memory_s)
 
     def forget_arrivals(self) -> None:
         """The timeline was re-based: earlier arrivals say nothing about the new one."""
-        self._early.clear()
+        self._arrivals.clear()
+        self._ahead.clear()
 
     def _schedule(self, w: Fraction, released_w: Fraction) -> None:
         """Let L follow the target from the next quantum instant after w, for both tracks alike.
@@ -113,11 +129,16 @@ class DelayController:
         self._changes.append((at, q))
 
     def _needed(self, now: float) -> float | None:
-        """The shortest L that would have had every frame of the steady window in time with the
-        jitter margin to spare (None before any arrival): the measured jitter L follows down."""
-        early = self._early
-        while early and early[0][0] < now - self._steady_s:
-            early.popleft()
-        if not early:
+        """The shortest L that would have had the window's frames in time with the jitter margin
+        to spare, all but ``miss_budget`` of them (None before any arrival): the measured jitter
+        L follows down."""
+        self._forget_before(now - self._memory_s)
+        ahead = self._ahead
+        if not ahead:
             return None
-        return self.config.jitter_margin - early[0][1]
+        spared = math.floor(self.config.miss_budget * len(ahead) + EPS)
+        return self.config.jitter_margin - ahead[min(spared, len(ahead) - 1)]
+
+    def _forget_before(self, instant: float) -> None:
+        while self._arrivals and self._arrivals[0][0] < instant:
+            del self._ahead[bisect.bisect_left(self._ahead, self._arrivals.popleft()[1])]

@@ -184,20 +184,20 @@ async def test_missing_frame_repeats_the_last_one_and_raises_the_delay() -> None
     assert t == pytest.approx(T0 + L + 5 / FPS)
     st = s.buf.stats()
     assert (st.repeats, st.deadline_misses) == (1, 1)
-    # The raise (target 0.25 + 0.1, rounded up) starts at the next slot for both tracks.
+    # The raise (target 0.25 + 0.04, rounded up) starts at the next slot for both tracks.
     await s.clock.run_for(0.04)
     raised = s.buf.stats().delay
-    assert raised == pytest.approx(0.36)
+    assert raised == pytest.approx(0.32)
     for i in range(6, 10):
         assert s.buf.put_nowait(frame(i))
     await s.clock.run_until(due(s.buf, raised + Fraction(9, FPS)))
     holds = [out for _, out in s.video if out.inserted]
-    assert len(holds) == 2 and all(o.frame_index == 4 and o.repeated for o in holds)
+    assert len(holds) == 1 and all(o.frame_index == 4 and o.repeated for o in holds)
     assert s.shown() == [0, 1, 2, 3, 4, 6, 7, 8, 9]
     released = {out.frame_index: t for t, out in s.video if not out.repeated}
     assert released[6] == pytest.approx(T0 + raised + 6 / FPS)
     assert released[9] == pytest.approx(T0 + raised + 9 / FPS)
-    assert s.buf.stats().holds == 2
+    assert s.buf.stats().holds == 1
     check_av(s)
     await s.stop()
 
@@ -211,13 +211,15 @@ async def test_frame_arriving_after_its_deadline_is_dropped() -> None:
     assert s.buf.put_nowait(frame(3)) is True  # taken, but only to be dropped
     assert s.buf.put_nowait(frame(4))
     raised = s.buf.stats().target_delay
-    await s.clock.run_until(due(s.buf, 0.36 + 4 / FPS))
+    await s.clock.run_until(due(s.buf, 0.32 + 4 / FPS))
     st = s.buf.stats()
-    assert raised == pytest.approx(0.35) and st.delay == pytest.approx(0.36)
+    # The underrun raised the target a step (0.29); frame 3, 10 ms past its slot, needed 0.31 with
+    # the jitter margin; L is that on the 40 ms grid.
+    assert raised == pytest.approx(0.31) and st.delay == pytest.approx(0.32)
     assert (st.frames_in, st.drops, st.repeats, st.deadline_misses) == (5, 1, 1, 2)
     assert s.shown() == [0, 1, 2, 4]
     assert [out.frame_index for _, out in s.video if out.media_slot == 3 and not out.inserted] == [2]
-    assert s.video[-1][0] == pytest.approx(T0 + 0.36 + 4 / FPS)
+    assert s.video[-1][0] == pytest.approx(T0 + 0.32 + 4 / FPS)
     check_av(s)
     await s.stop()
 
@@ -405,6 +407,48 @@ async def test_delay_stops_probing_back_into_the_same_underrun() -> None:
     assert second == 0, (first, second)
     without_backoff = await chunked_misses(dataclasses.replace(cfg, steady_max_s=cfg.steady_after_s))
     assert without_backoff[1] > 5, without_backoff  # probing down again and again keeps missing
+
+
+def loaded_lateness(c: int) -> float:
+    """A loaded machine's chunk c: ready 0-30 ms late, every 17th 60 ms more, and every 97th
+    (one in 40 s) 200 ms more (another session's work or the encoders took the cores)."""
+    return (c * 7 % 4) * 0.01 + (0.06 if c % 17 == 5 else 0.0) + (0.2 if c % 251 == 50 else 0.0)
+
+
+async def loaded_delay(cfg: PlayoutConfig, seconds: float = 180.0) -> tuple[float, float]:
+    """(mean L over the second half, share of deadlines missed) for chunks of 4 frames ready
+    ``loaded_lateness`` after their nominal time."""
+    s = Session(cfg)
+    for i in range(4):
+        s.buf.put_nowait(frame(i))
+
+    async def produce() -> None:
+        for c in range(1, 10_000):
+            await s.clock.sleep_until(due(s.buf, Fraction(4 * c, FPS)) + loaded_lateness(c))
+            for i in range(4 * c, 4 * c + 4):
+                await s.buf.put(frame(i))
+
+    producer = asyncio.create_task(produce())
+    await s.clock.run_for(seconds / 2)
+    delays = []
+    for _ in range(int(seconds / 2 / 0.2)):
+        await s.clock.run_for(0.2)
+        delays.append(s.buf.stats().delay)
+    st = s.buf.stats()
+    producer.cancel()
+    await s.stop()
+    return float(np.mean(delays)), st.miss_ratio
+
+
+async def test_a_rare_slow_chunk_costs_a_frame_not_the_delay() -> None:
+    """With a miss budget L leaves the worst frame or two of its window late instead of covering
+    every rare slow chunk for the whole call: lower, and still well inside 0.5% misses."""
+    cfg = PlayoutConfig(capacity_frames=400)
+    budgeted, budgeted_misses = await loaded_delay(cfg)
+    covering, covering_misses = await loaded_delay(dataclasses.replace(cfg, miss_budget=0.0))
+    assert budgeted_misses <= 0.005, budgeted_misses
+    assert budgeted <= covering - 0.03, (budgeted, covering)
+    assert covering_misses <= budgeted_misses
 
 
 async def test_audio_stays_with_video_under_bursty_and_stalled_production() -> None:
