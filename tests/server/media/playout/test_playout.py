@@ -399,8 +399,8 @@ async def chunked_misses(cfg: PlayoutConfig, seconds: float = 240.0) -> tuple[in
 
 
 async def test_delay_stops_probing_back_into_the_same_underrun() -> None:
-    """Each underrun doubles how long L must have had room before it shrinks again, so a rare
-    slow chunk costs a few misses once instead of every few seconds."""
+    """Each underrun doubles how long L remembers arrivals, so a slow chunk every 9.6 s costs a
+    few misses once instead of one each time the window has forgotten the last."""
     cfg = PlayoutConfig(initial_delay=0.25, min_delay=0.1, steady_after_s=5.0, capacity_frames=400)
     first, second = await chunked_misses(cfg)
     assert first > 0, "the slow chunks do make L rise at first"
