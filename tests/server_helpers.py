@@ -65,11 +65,13 @@ def measured_costs(config: str = "tiny", threads: int = 0, drawn: bool = False) 
 
 
 def loaded_engine(config: str = "tiny", warm_up: bool = False, settle_s: float | None = None,
-                  drawn: bool = False) -> Engine:
+                  drawn: bool = False, capacity_margin: float | None = None) -> Engine:
     """The server's engine for one app: an in-process worker over :func:`engine_pipeline`, with
-    the costs :func:`measured_costs` measured (so it starts at once)."""
+    the costs :func:`measured_costs` measured (so it starts at once); ``capacity_margin`` as
+    :class:`WorkerOptions` takes it."""
     pipe = engine_pipeline(config)
-    options = WorkerOptions(config=config, warm_up=warm_up, settle_s=settle_s, drawn=drawn)
+    options = WorkerOptions(config=config, warm_up=warm_up, settle_s=settle_s, drawn=drawn,
+                            capacity_margin=capacity_margin)
 
     def load(opts: WorkerOptions) -> EngineCore:
         return core_from(pipe, opts, costs=copy.deepcopy(measured_costs(config, torch.get_num_threads(), drawn)))
@@ -93,6 +95,14 @@ def speech_pcm16(rate: int = 16000) -> np.ndarray:
 def loopback_only(monkeypatch) -> None:
     """aioice leaves 127.0.0.1 out of host candidates; in-process tests need exactly that one."""
     monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
+
+
+# A capacity margin below zero: the in-process engine admits sessions beside its live ones whatever
+# its live estimate says (``max_sessions`` still bounds them). For tests of other limits (rates,
+# floods and the witnesses that watch them): on a slow 2-core box whose cores also run the test's
+# clients, a streaming puppet session measures 70-90 ms of every 160 ms chunk live, and any margin
+# of 0 or more then refuses a second session while the first lives.
+ANY_ROOM_MARGIN = -1.0
 
 
 def make_settings(**overrides) -> Settings:
@@ -122,11 +132,13 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def running_server(settings: Settings | None = None, config: str = "tiny",
-                         inprocess: bool = True) -> AsyncIterator[Running]:
+                         inprocess: bool = True, capacity_margin: float | None = None) -> AsyncIterator[Running]:
     """The app on uvicorn in this process; its engine an in-process worker over the cached
-    ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
+    ``config`` pipeline (counting its capacity with ``capacity_margin``), or (``inprocess=False``)
+    the engine workers the settings name."""
     settings = settings or make_settings()
-    engine = (loaded_engine(config, settings.engine.warm_up, settings.engine.engine_settle_s, settings.session.drawn)
+    engine = (loaded_engine(config, settings.engine.warm_up, settings.engine.engine_settle_s, settings.session.drawn,
+                            capacity_margin)
               if inprocess else None)
     app = create_app(settings, engine)
     async with serving(app, settings) as running:
