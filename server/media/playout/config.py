@@ -21,7 +21,7 @@ class PlayoutConfig:
     initial_delay: float = 0.25
     # L never below this; above it, what the measured jitter needs plus ``jitter_margin`` decides.
     min_delay: float = 0.04
-    jitter_margin: float = 0.02  # added to the latest arrival of the steady window (L is then on the quantum grid)
+    jitter_margin: float = 0.02  # added to what the window's arrivals needed (L is then on the quantum grid)
     max_delay: float = 1.5
     raise_step: float = 0.04  # added to L at an underrun (the late frame then raises it to what it needed)
     decay_per_s: float = 0.1  # L shrinks at most this much per second of steady production ...

@@ -410,7 +410,7 @@ async def test_delay_stops_probing_back_into_the_same_underrun() -> None:
 
 
 def loaded_lateness(c: int) -> float:
-    """A loaded machine's chunk c: ready 0-30 ms late, every 17th 60 ms more, and every 97th
+    """A loaded machine's chunk c: ready 0-30 ms late, every 17th 60 ms more, and every 251st
     (one in 40 s) 200 ms more (another session's work or the encoders took the cores)."""
     return (c * 7 % 4) * 0.01 + (0.06 if c % 17 == 5 else 0.0) + (0.2 if c % 251 == 50 else 0.0)
 
