@@ -309,6 +309,10 @@ class TimingSettings(Group):
         "closed (the wait runs on while the server is itself behind reading that client)"
     )
     metrics_interval_s: float = Field(1.0, gt=0)
+    shutdown_grace_s: float = Field(
+        5.0, gt=0, description="on shutdown, open requests and sockets get this long to end before they are "
+        "cancelled (a flooding client's unread backlog would otherwise hold the shutdown)"
+    )
 
 
 class Settings(BaseModel):

@@ -17,9 +17,10 @@ from server_helpers import Received, Running, admitted_session, collect, connect
 
 WITNESS_FPS = 24.0  # what a witness must keep (the stream runs at 25)
 QUIET_S = 3.0  # the witness's own rate is measured this long before the attack
-# A 2-core box shared with other work moves a 5 s window's rate by 2-3 fps with no attack at all
-# (23.3-25.0 measured here at a load average of 6); the attacks these bounds stop took it to 0-1.
-LOAD_MARGIN_FPS = 3.0
+# A 2-core box shared with other work moves a 5 s window's rate by 2-4 fps with no attack at all
+# (23.3-25.0 measured at a load average of 6, 21.0 once on a loaded CI box where the same flood
+# kept 24.1-25.0 on an idle one); the attacks these bounds stop took it to 0-1.
+LOAD_MARGIN_FPS = 4.5
 # Settings overrides for a server with a witness: on a loaded machine the engine may take one
 # session at a time for a while, and creation retried against its 503s must not become a 429.
 ROOM = {"client_sessions_per_minute": 1000}

@@ -34,5 +34,6 @@ def server_config(app: Any, settings: Settings, log_level: str, **extra: Any) ->
         "proxy_headers": settings.access.proxy_headers or "forwarded_allow_ips" in extra,
         # A request's line, headers and body arrive within bounds, however slowly a client sends.
         "http": protocol_class(settings.timing.header_timeout_s, settings.timing.body_timeout_s),
+        "timeout_graceful_shutdown": settings.timing.shutdown_grace_s,
     }
     return uvicorn.Config(app, **{**options, **extra})

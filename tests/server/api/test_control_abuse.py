@@ -121,6 +121,7 @@ async def test_one_sample_utterances_are_capped_and_a_flood_leaves_a_witness_its
             t0, before = time.monotonic(), appends()
             await asyncio.sleep(6.0)
             assert flooder.returncode is None, "the flooding client stopped early"
-            seen.assert_kept(t0 + 1.0)
+            kept = seen.assert_kept(t0 + 1.0)
+            print(f"witness {seen.quiet_fps:.1f} fps before the flood, {kept:.1f} during it")
             read = appends() - before  # the socket is read at its rate after a burst, however fast the client
             assert 0 < read <= settings.limits.control_messages_per_s * (time.monotonic() - t0 + 2.0), read

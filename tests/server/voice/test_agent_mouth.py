@@ -21,9 +21,10 @@ TEXT = "Hello there. I am a talking avatar, and my lips move when I speak to you
 
 
 def mouth_motion(frames: np.ndarray) -> float:
-    """Mean absolute change between consecutive mouth-region crops (0..1 scale)."""
+    """Median over frames of the mean absolute change from the previous mouth-region crop (0..1
+    scale): the median, so that a few frames a loaded machine's decoder mangles do not read as motion."""
     crops = mouth_crops(frames).numpy()
-    return float(np.abs(np.diff(crops, axis=0)).mean()) if len(crops) > 1 else 0.0
+    return float(np.median(np.abs(np.diff(crops, axis=0)).mean(axis=(1, 2, 3)))) if len(crops) > 1 else 0.0
 
 
 def frames_between(video: list, t0: float, t1: float) -> np.ndarray:
