@@ -32,10 +32,13 @@ $(NODE_STAMP): $(WHIP_PAGE)/package-lock.json
 run: system-run install
 	$(VENV)/bin/avatar serve --host 127.0.0.1 --port 8080
 
+# The engine's offline tests (models, evaluation, faces, training) run on two workers, one core
+# each; the rest streams in real time, serves or measures capacity live: one test at a time.
 test: system-test install $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m 'offline and not slow'
+	$(PY) -m pytest -q -m 'not offline and not slow'
 
 bench: install
 	$(VENV)/bin/avatar bench --seconds 30

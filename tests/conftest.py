@@ -124,3 +124,25 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if left:
         warnings.warn(f"{len(left)} aiortc decoder thread(s) outlived their peers: a peer left unclosed",
                       stacklevel=1)
+
+
+ENGINE_TESTS = Path(__file__).parent / "engine"
+# Engine tests that serve, stream against a clock or measure capacity live: not offline.
+LIVE_ENGINE_TESTS = (ENGINE_TESTS / "service", ENGINE_TESTS / "parallel")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the engine's offline tests (``offline``): `make test` runs them on two workers."""
+    for item in items:
+        parents = Path(item.path).parents
+        if ENGINE_TESTS in parents and not any(live in parents for live in LIVE_ENGINE_TESTS):
+            item.add_marker("offline")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker's torch gets its share of the cores, not all of them."""
+    import os
+
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))

@@ -104,12 +104,12 @@ async def test_bad_session_requests_are_refused_and_the_worker_keeps_serving(poo
     await stream.close()
 
 
-async def test_slots_are_recycled_over_2000_chunks_and_freed(pool):
+async def test_slots_are_recycled_over_500_chunks_and_freed(pool):
     p = await pool()
     stream = await p.open(SessionSpec(preset=Preset.QUALITY))
     info = stream.info
     spf, fed, last, chunks = info.samples_per_frame, 0, -1, set()
-    while len(chunks) < 2000:  # N and I chunks, each named by the frames it published
+    while len(chunks) < 500:  # N and I chunks, each named by the frames it published (each slot reused many times)
         if fed // spf - last < 100:  # keep a few seconds of audio ahead, as a live feed would
             await feed(stream, 4.0, seed=fed, start=fed)
             fed += 4 * info.sample_rate
