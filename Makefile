@@ -32,8 +32,9 @@ $(NODE_STAMP): $(WHIP_PAGE)/package-lock.json
 run: system-run install
 	$(VENV)/bin/avatar serve --host 127.0.0.1 --port 8080
 
-# The engine's offline tests (models, evaluation, faces, training) run on two workers, one core
-# each; the rest streams in real time, serves or measures capacity live: one test at a time.
+# Offline tests (marked by tests/conftest.py: the engine's models, evaluation, faces and training,
+# playout on a fake clock) run on two workers, one core each; the rest streams in real time,
+# serves or measures capacity live: one test at a time.
 test: system-test install $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache

@@ -126,16 +126,19 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                       stacklevel=1)
 
 
-ENGINE_TESTS = Path(__file__).parent / "engine"
-# Engine tests that serve, stream against a clock or measure capacity live: not offline.
-LIVE_ENGINE_TESTS = (ENGINE_TESTS / "service", ENGINE_TESTS / "parallel")
+TESTS = Path(__file__).parent
+# Folders of tests that stream nothing against a real clock and measure no capacity (the engine's
+# models, evaluation, faces and training; playout on a fake clock) less the engine's serving and
+# ranks; a module elsewhere may mark itself ``offline`` too.
+OFFLINE_FOLDERS = (TESTS / "engine", TESTS / "server" / "media" / "playout")
+LIVE_FOLDERS = (TESTS / "engine" / "service", TESTS / "engine" / "parallel")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the engine's offline tests (``offline``): `make test` runs them on two workers."""
+    """Mark the offline folders' tests ``offline``: `make test` runs them on two workers."""
     for item in items:
         parents = Path(item.path).parents
-        if ENGINE_TESTS in parents and not any(live in parents for live in LIVE_ENGINE_TESTS):
+        if any(f in parents for f in OFFLINE_FOLDERS) and not any(f in parents for f in LIVE_FOLDERS):
             item.add_marker("offline")
 
 

@@ -16,7 +16,8 @@ from engine.parallel.offload import Offloader
 from engine.parallel.plan import ParallelPlan
 from engine.pipeline import Pipeline
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# Outputs compared with one device's, nothing timed: `make test` runs it beside another test.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.offline]
 
 
 def expected_chunk(depth: int, forwards: int, publishes: bool) -> list[tuple[str, str]]:

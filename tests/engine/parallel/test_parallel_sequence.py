@@ -30,7 +30,8 @@ from engine.parallel.sequence import UlyssesShard
 from engine.pipeline import Pipeline
 from engine.schedule import ChunkSchedule
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# Outputs compared with one device's, nothing timed: `make test` runs it beside another test.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.offline]
 
 
 def wide_micro():

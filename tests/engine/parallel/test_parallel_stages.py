@@ -25,7 +25,8 @@ from engine.parallel.pipeline_stages import balance, even_boundaries, rebalance_
 from engine.parallel.plan import ParallelPlan
 from engine.pipeline import Pipeline
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# Outputs compared with one device's, nothing timed: `make test` runs it beside another test.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.offline]
 TOLERANCE = 1e-4
 
 
