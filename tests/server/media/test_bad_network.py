@@ -23,6 +23,9 @@ from server_helpers import (
 
 BAD = Conditions(loss=0.05, delay_s=0.02, jitter_s=0.08)  # 20-100 ms one way: packets 20 ms apart overtake
 CLEAN_S, BAD_S, RECOVER_S = 3.0, 6.0, 12.0
+# A loaded machine's own late packet restarts the microphone buffer's steady spell: its trim may
+# take this much longer.
+RECOVER_MORE_S = 8.0
 
 
 async def test_a_bad_network_grows_the_microphone_buffer_stalls_nothing_and_recovers(monkeypatch):
@@ -64,6 +67,9 @@ async def test_a_bad_network_grows_the_microphone_buffer_stalls_nothing_and_reco
         path.set(Conditions())
         good_from = time.monotonic()
         recovered = await phase(RECOVER_S)
+        more_until = time.monotonic() + RECOVER_MORE_S
+        while np.median(recovered[-20:]) > np.median(clean) + 0.03 and time.monotonic() < more_until:
+            recovered += await phase(1.0)
         done.set()
         stats = live.outbound.playout.stats()
         await pc.close()
