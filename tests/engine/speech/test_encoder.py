@@ -36,3 +36,14 @@ def test_the_encoder_reads_one_position_per_20_ms_and_is_deterministic() -> None
     assert a.shape == (100, encoder.width) == (100, 384)
     assert torch.equal(a, b) and torch.isfinite(a).all()
     assert load_encoder() is encoder  # loaded once per process
+
+
+def test_asking_for_some_positions_gives_exactly_theirs() -> None:
+    """The last block works on the rows asked for alone; they attend to every position as before."""
+    encoder = load_encoder()
+    pcm = (0.05 * np.random.default_rng(2).standard_normal(SAMPLE_RATE)).astype(np.float32)
+    with torch.no_grad():
+        mel = log_mel(pcm)
+        whole, some = encoder(mel), encoder(mel, slice(30, 38))
+    assert some.shape == (8, encoder.width)
+    torch.testing.assert_close(some, whole[30:38], rtol=0, atol=1e-6)
