@@ -25,7 +25,7 @@ class FaceTracker:
     """Streaming ``face_track_from_audio``: ``push`` audio, get the states of the frames it
     completes; ``close`` at the end of the audio returns the rest (the last partial frame
     zero-padded). Frame n covers samples [n*sr/fps, (n+1)*sr/fps); its state comes once
-    ``lookahead`` samples past its end are in (the mouth tracker's phones settle that late)."""
+    ``lookahead`` samples past its end are in (the mouth tracker's speech reader needs them)."""
 
     sample_rate: int
     fps: int = 25

@@ -206,11 +206,10 @@ def test_avatar_render_config_puppet_writes_an_mp4(tmp_path: Path) -> None:
     assert len(pictures) == math.ceil(1.5 * FPS)
 
 
-def test_eval_scores_the_puppet_once_by_the_phones_it_hears(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The puppet hears phones in the audio; the evaluation's truth is the phones the speech says.
-    On one short held-out sentence in an espeak-ng voice (the recogniser hears formant synthesis
-    worse than natural voices) they agree at the right lag: measured r 0.29, against the loudness
-    envelope 0.54 (the recogniser's language weight is set for natural voices)."""
+def test_eval_scores_the_puppet_once_by_the_mouth_it_hears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The puppet hears its mouth in the audio; the evaluation's truth is the phones the speech says.
+    On one short sentence in a held-out espeak-ng voice they agree at the right lag: measured r 0.81
+    (the phone decoder before the speech encoder read 0.29, the loudness envelope 0.54)."""
     from engine.eval import run
     from engine.eval.material import EVAL_SENTENCES, Clip
     from engine.media.espeak import speak
@@ -224,7 +223,7 @@ def test_eval_scores_the_puppet_once_by_the_phones_it_hears(monkeypatch: pytest.
     result = run.evaluate(Pipeline.from_config(PUPPET), clips=1, long_minutes=0.03, progress=False)
     assert "interp" not in result and result["steps"] == 0
     sync = result["no_interp"]["lip_sync"]
-    assert sync["pearson_r"] > 0.2 and abs(sync["best_lag"]) <= 1
+    assert sync["pearson_r"] > 0.6 and abs(sync["best_lag"]) <= 1
     assert result["passes"]["lip_sync_lag"]
     assert result["long"]["frames"] == 45 and result["long"]["appearance_first"] > 0.9
     assert "lip sync r" in run.format_table(result)
