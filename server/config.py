@@ -129,6 +129,11 @@ class EngineSettings(Group):
     max_sessions: int | None = Field(
         None, ge=1, description="an upper cap on sessions; admission follows the engine's measured capacity"
     )
+    engine_capacity_margin: float | None = Field(
+        None, ge=-1, lt=1, description="share of each chunk period a worker keeps free when counting its capacity; "
+        "default 0.35 on a CPU whose cores the web process shares, 0.2 otherwise; below 0 admits sessions up to "
+        "max_sessions whatever the live estimate says"
+    )
     guidance: float | None = Field(None, ge=0, le=10, description="audio guidance; None: the engine config's")
     warm_up: bool = Field(True, description="run a silent session at start-up so the first user's frames come fast")
 

@@ -29,9 +29,12 @@ FPS = 25
 
 def cluster_settings(**overrides) -> Settings:
     """What the gateway hands its nodes here: the puppet engine on one thread, a playout cushion
-    against three machines' worth of processes sharing two cores, unconnected sessions kept a while."""
+    against three machines' worth of processes sharing two cores, unconnected sessions kept a while,
+    and room counted by ``max_sessions`` alone (three nodes' live estimates on two shared cores would
+    refuse sessions at random)."""
     return Settings.model_validate({
         "config": "puppet", "tts": "espeak", "warm_up": False, "engine_threads": 1, "playout_delay_s": 0.3,
+        "engine_capacity_margin": -1.0,
         "playout_min_delay_s": 0.25, "offer_timeout_s": 60.0, "peer_timeout_s": 5.0, **overrides,
     })
 

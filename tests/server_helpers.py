@@ -97,18 +97,20 @@ def loopback_only(monkeypatch) -> None:
     monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
 
 
-# A capacity margin below zero: the in-process engine admits sessions beside its live ones whatever
-# its live estimate says (``max_sessions`` still bounds them). For tests of other limits (rates,
-# floods and the witnesses that watch them): on a slow 2-core box whose cores also run the test's
-# clients, a streaming puppet session measures 70-90 ms of every 160 ms chunk live, and any margin
-# of 0 or more then refuses a second session while the first lives.
+# A capacity margin below zero: the engine admits sessions beside its live ones whatever its live
+# estimate says (``max_sessions`` still bounds them). make_settings' default, for every test not about
+# the engine's real-time capacity: on a loaded 2-core box whose cores also run the test's clients, a
+# streaming puppet session measures 70-90 ms of every 160 ms chunk live, and any margin of 0 or more
+# then refuses a second session while the first lives. Capacity tests ask for ``LIVE_MARGIN``.
 ANY_ROOM_MARGIN = -1.0
+LIVE_MARGIN = None  # the worker's own default margin
 
 
 def make_settings(**overrides) -> Settings:
     # Sessions open back to back: admission's settling is what tests/server/session/test_admission.py tests.
     # web_loop_budget 1: the loop here is the test client's too, so its busy share is not the server's alone.
-    base = {"max_sessions": 2, "peer_timeout_s": 3.0, "playout_delay_s": 0.2, "warm_up": False, "engine_settle_s": 0.0,
+    base = {"max_sessions": 2, "engine_capacity_margin": ANY_ROOM_MARGIN, "peer_timeout_s": 3.0,
+            "playout_delay_s": 0.2, "warm_up": False, "engine_settle_s": 0.0,
             "web_loop_budget": 1.0, "page_avatar": None}  # the page starts on the default (drawn) avatar
     base.update(overrides)
     return Settings.model_validate(base)
@@ -132,13 +134,12 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def running_server(settings: Settings | None = None, config: str = "tiny",
-                         inprocess: bool = True, capacity_margin: float | None = None) -> AsyncIterator[Running]:
+                         inprocess: bool = True) -> AsyncIterator[Running]:
     """The app on uvicorn in this process; its engine an in-process worker over the cached
-    ``config`` pipeline (counting its capacity with ``capacity_margin``), or (``inprocess=False``)
-    the engine workers the settings name."""
+    ``config`` pipeline, or (``inprocess=False``) the engine workers the settings name."""
     settings = settings or make_settings()
     engine = (loaded_engine(config, settings.engine.warm_up, settings.engine.engine_settle_s, settings.session.drawn,
-                            capacity_margin)
+                            settings.engine.engine_capacity_margin)
               if inprocess else None)
     app = create_app(settings, engine)
     async with serving(app, settings) as running:

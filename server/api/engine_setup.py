@@ -23,7 +23,8 @@ def worker_options(settings: Settings) -> WorkerOptions:
     return WorkerOptions(config=engine.config, device=engine.device, threads=engine.engine_threads,
                          guidance=engine.guidance, warm_up=engine.warm_up,
                          default_preset=settings.session.default_quality, drawn=settings.session.drawn,
-                         settle_s=engine.engine_settle_s, parallel=None if plan.single else plan,
+                         settle_s=engine.engine_settle_s, capacity_margin=engine.engine_capacity_margin,
+                         parallel=None if plan.single else plan,
                          socket_dir=node.node_sockets, key=bytes.fromhex(node.node_key or ""))
 
 

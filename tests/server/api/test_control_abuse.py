@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from server_helpers import ANY_ROOM_MARGIN, admitted_session, make_settings, running_server
+from server_helpers import admitted_session, make_settings, running_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from witness_helpers import ROOM, attacker, witness
@@ -102,7 +102,7 @@ async def test_reconnecting_right_after_a_clean_close_is_accepted():
 
 async def test_one_sample_utterances_are_capped_and_a_flood_leaves_a_witness_its_frame_rate():
     settings = make_settings(max_sessions=2, max_queued_utterances=64, offer_timeout_s=600.0, **ROOM)
-    async with running_server(settings, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(settings, config="puppet") as srv:
         session = await admitted_session(srv, {"mode": "agent"})
 
         def cap() -> list[str]:

@@ -70,3 +70,16 @@ def test_parallel_flags_give_each_worker_a_plan_and_a_group_of_devices(capsys) -
     assert cli_main(["serve", "--port", "0", "--pipeline-parallel", "2", "--shard", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pipeline parallelism does not combine" in err[0], err
+
+
+def test_capacity_margin_setting_reaches_the_workers_count() -> None:
+    """A margin from the settings replaces the worker's default; below 0 a worker counts room for
+    sessions its live estimate says it cannot hold, so only ``max_sessions`` bounds them."""
+    from server.api.engine_setup import worker_options
+
+    settings = Settings.from_env({"AVATAR_ENGINE_CAPACITY_MARGIN": "0.5"}, config="micro", warm_up=False)
+    assert worker_options(settings).margin == 0.5
+    assert worker_options(Settings(config="micro")).margin in (0.2, 0.35)
+    assert worker_options(Settings(config="micro", engine_capacity_margin=-1)).margin == -1
+    with pytest.raises(ValidationError):
+        Settings(engine_capacity_margin=1.0)

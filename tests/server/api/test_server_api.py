@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 import websockets
-from server_helpers import ANY_ROOM_MARGIN, connect_client, loopback_only, make_settings, running_server, wait_until
+from server_helpers import connect_client, loopback_only, make_settings, running_server, wait_until
 
 from server.cli import main as cli_main
 
@@ -260,8 +260,7 @@ async def test_session_that_never_gets_an_offer_is_reaped():
     """Past the offer timeout a session without a peer is reaped; while its agent holds the control
     socket (viewers may come later) it is kept, and reaped once the socket closes."""
     # Two sessions at once, on an engine with any room: capacity is not what this tests.
-    async with running_server(make_settings(offer_timeout_s=0.5), config="puppet",
-                              capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(make_settings(offer_timeout_s=0.5), config="puppet") as srv:
         held = await create(srv)
         ws = await control(srv, held)
         lone = await create(srv)  # created after the held one: reaped by then, the held one is past its timeout

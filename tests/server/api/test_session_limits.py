@@ -5,7 +5,7 @@ when the server is told a proxy sets it."""
 from __future__ import annotations
 
 import pytest
-from server_helpers import ANY_ROOM_MARGIN, make_settings, running_server
+from server_helpers import make_settings, running_server
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,7 +25,7 @@ async def delete(srv, session: dict) -> None:
 
 async def test_a_loop_is_refused_with_retry_after_and_a_spoofed_forwarded_for_does_not_help():
     limits = make_settings(max_sessions=8, client_sessions_per_minute=3, client_max_unoffered=2)
-    async with running_server(limits, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(limits, config="puppet") as srv:
         first = (await srv.http.post("/v1/sessions", json={})).json()
         second = (await srv.http.post("/v1/sessions", json={})).json()
         wait = refused(await srv.http.post("/v1/sessions", json={}), "waiting for their offer")
@@ -45,7 +45,7 @@ async def test_a_loop_is_refused_with_retry_after_and_a_spoofed_forwarded_for_do
 
 async def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client():
     limits = make_settings(max_sessions=8, client_sessions_per_minute=1, proxy_headers=True)
-    async with running_server(limits, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(limits, config="puppet") as srv:
         for address in ("203.0.113.7", "203.0.113.8"):
             res = await srv.http.post("/v1/sessions", json={}, headers={"X-Forwarded-For": address})
             assert res.status_code == 201, res.text
@@ -65,6 +65,6 @@ async def test_a_web_process_whose_event_loop_is_full_refuses_sessions_the_engin
         assert 'avatar_sessions_rejected_total{reason="web_saturated"} 1.0' in metrics
         assert "avatar_web_loop_busy " in metrics
     default = make_settings(max_sessions=8, web_loop_budget=0.7)
-    async with running_server(default, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(default, config="puppet") as srv:
         for _ in range(2):
             assert (await srv.http.post("/v1/sessions", json={})).status_code == 201

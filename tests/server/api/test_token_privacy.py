@@ -10,7 +10,7 @@ import logging
 
 import pytest
 import websockets
-from server_helpers import ANY_ROOM_MARGIN, make_settings, running_server
+from server_helpers import make_settings, running_server
 
 from server.api.redact import REDACTED
 from server.base.protocol import control_subprotocols
@@ -56,7 +56,7 @@ async def test_tokens_never_reach_logs_errors_events_or_metrics(plain_records, v
     said: list[str] = []
     tokens = [SERVER_TOKEN, WRONG_TOKEN]
     # Two sessions at once, on an engine with any room: capacity is not what this tests.
-    async with running_server(settings, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(settings, config="puppet") as srv:
         for name in LOGGERS:  # uvicorn configured its loggers when the server was built
             logging.getLogger(name).setLevel(logging.INFO)
         auth = {"Authorization": f"Bearer {SERVER_TOKEN}"}

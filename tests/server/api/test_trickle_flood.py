@@ -10,7 +10,7 @@ import time
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
-from server_helpers import ANY_ROOM_MARGIN, admitted_session, loopback_only, make_settings, running_server
+from server_helpers import admitted_session, loopback_only, make_settings, running_server
 from whip_helpers import SDP, bearer
 from witness_helpers import ROOM, attacker, witness
 
@@ -55,7 +55,7 @@ async def test_a_candidate_flood_is_refused_and_a_witness_keeps_its_frame_rate(m
     loopback_only(monkeypatch)
     # The attacker's viewer never connects: its session must outlive the witness's start.
     settings = make_settings(max_sessions=2, connect_timeout_s=120.0, **ROOM)
-    async with running_server(settings, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(settings, config="puppet") as srv:
         session = await admitted_session(srv, {"mode": "agent"})
         pc, resource = await bare_whep_resource(srv, session)
         headers = {**FRAGMENT, **bearer(session["token"])}

@@ -16,7 +16,6 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import VideoStreamTrack
 from aiortc.rtp import RtpPacket
 from server_helpers import (
-    ANY_ROOM_MARGIN,
     Received,
     SpeechTrack,
     admitted_session,
@@ -140,7 +139,7 @@ async def test_malformed_rtp_and_rtcp_cannot_stall_another_session(monkeypatch):
     # check, which ends its real senders: the attacker then sends nothing valid, and a peer timeout
     # shorter than the attack would reap it for silence before the attack is over.
     settings = make_settings(max_sessions=3, peer_timeout_s=ATTACK_S + 5.0)
-    async with running_server(settings, config="puppet", capacity_margin=ANY_ROOM_MARGIN) as srv:
+    async with running_server(settings, config="puppet") as srv:
         victim_session, attacker_session = await create(srv), await create(srv)
         victim = await connect_client(srv, victim_session, None)
         video = Received("video")

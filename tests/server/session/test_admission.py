@@ -12,7 +12,7 @@ import time
 
 import pytest
 from agent_helpers import live_session
-from server_helpers import loopback_only, make_settings, running_server, wait_until
+from server_helpers import LIVE_MARGIN, loopback_only, make_settings, running_server, wait_until
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STREAM_S = 8.0
@@ -28,7 +28,8 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
     loopback_only(monkeypatch)
     # The loop's budget as served: this loop also runs the test's clients, so on a loaded box it is
     # what refuses first, as it should, before the sessions it holds miss their deadlines.
-    settings = make_settings(max_sessions=None, engine_settle_s=SETTLE_S, web_loop_budget=0.7)
+    settings = make_settings(max_sessions=None, engine_capacity_margin=LIVE_MARGIN, engine_settle_s=SETTLE_S,
+                             web_loop_budget=0.7)
     async with running_server(settings) as srv:
         engine = srv.manager.engine
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
-from server_helpers import admitted_session, loopback_only, make_settings, running_server, wait_until
+from server_helpers import LIVE_MARGIN, admitted_session, loopback_only, make_settings, running_server, wait_until
 from whip_helpers import post_offer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -49,7 +49,8 @@ async def test_parallel_creations_get_exactly_max_sessions(monkeypatch):
 
 async def test_parallel_creations_never_exceed_the_engines_capacity(monkeypatch):
     loopback_only(monkeypatch)
-    settings = make_settings(max_sessions=None, client_max_unoffered=50, client_sessions_per_minute=100)
+    settings = make_settings(max_sessions=None, engine_capacity_margin=LIVE_MARGIN, client_max_unoffered=50,
+                             client_sessions_per_minute=100)
     async with running_server(settings, config="puppet") as srv:
         capacity = (await srv.http.get("/healthz")).json()["capacity"]
         assert capacity >= 1
