@@ -105,7 +105,7 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 class Pipeline(ConfiguredEngine):
     accepts_images = True  # a reference image of a stylised avatar can stand in for a bundled one
     renders: tuple[Render, ...] = tuple(Render)
-    # Redrawn sessions (photos, drawn avatars) take their mouths from the phones heard in their
+    # Redrawn sessions (photos, drawn avatars) take their mouths from what is heard in their
     # audio rather than from the DiT's face (``engine.stages.redraw``); False: the DiT's mouth.
     heard_mouth = True
     # Frames a hearing redrawn session's head lags its mouth: its frames are drawn one by one as

@@ -34,7 +34,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--guidance", type=float, default=None,
                    help="audio guidance against silence, 1 = off (default: the config's)")
     p.add_argument("--mouth", default="heard", choices=["heard", "generated"],
-                   help="a photo's mouth from the phones heard in its audio (default, as served) or the DiT's")
+                   help="a photo's mouth heard in its audio (default, as served) or the DiT's")
     p.add_argument("--no-deblock", action="store_true",
                    help="turn the temporal deblocking filter off (to see the decoder's own seams)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")

@@ -10,7 +10,8 @@ mesh reads the same gap on the generated frames. Per clip:
   ``MAX_LAG`` frames;
 * ``envelope``: the same for the audio's loudness envelope (``engine.eval.envelope``): the
   bar, since a mouth that only follows loudness scores this;
-* ``heard``: the same for the puppet's mouth tracker (phones heard in the audio, no weights);
+* ``heard``: the same for the mouth tracker alone (``engine.puppet.mouth``: the speech encoder
+  and its mouth head, no DiT, no face);
 * ``closures``: the share of the real mouth's short closures (the lips meeting mid-speech, as
   on p/b/m) in which the avatar's lips also close;
 * ``range``: the generated opening's range (5th to 95th percentile) over the real one's.

@@ -1,8 +1,8 @@
 """The puppet as an engine: the procedural renderer behind the learned pipeline's surface.
 
 ``avatar render|bench|serve|eval --config puppet`` draw a bundled identity with ``render``
-from a streaming ``FaceTracker``: no weights and no sampling, the mouth from the phones a
-speech recogniser hears. It is the reference the learned model is compared against, and a
+from a streaming ``FaceTracker``: no sampling, the mouth from what a speech encoder hears
+(``engine.speech``). It is the reference the learned model is compared against, and a
 cheap engine for working on everything around it. Frames are published in chunks of
 ``chunk_frames`` once their audio and the tracker's lookahead are in; the last partial frame
 is zero-padded, as the learned pipeline does.

@@ -3,15 +3,15 @@
 A mouth says the words, not the loudness. Where the phones are known (training speech: the
 synthesiser reports them or they are aligned to the text), ``phone_track`` maps them to the
 mouth (``engine.puppet.visemes``). Where only audio is there (a microphone, a file),
-``MouthTracker`` hears the phones with a speech recogniser trained on real voices
-(``engine.puppet.recognizer``) as the audio streams in, and maps them the same way. Loudness
-only scales the vowels' opening a little.
+``MouthTracker`` reads it with a speech encoder trained on real voices and a head fitted to that
+phone truth (``engine.speech``), as the audio streams in. A speech gate keeps music, noise and
+tones at rest.
 
 ``MouthTracker`` takes audio in pieces of any length and works frame by frame: a frame's mouth
-comes from the phones heard up to its end, so a stream yields exactly the track of its whole
-audio however it is split, and ``mouth_track`` is the same tracker run over a file. What it
-keeps between pushes is bounded: the recogniser's current utterance, the phones within reach,
-the samples of the frame in progress.
+comes from the audio up to ``lookahead_frames`` past its end, read in blocks counted from the
+stream's start, so a stream yields exactly the track of its whole audio however it is split, and
+``mouth_track`` is the same tracker run over a file. What it keeps between pushes is bounded: a
+window of audio and the block being used.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.puppet.recognizer import PhoneRecognizer, Resampler, SpeechGate
+from engine.puppet.hearing import Resampler, SpeechGate
 from engine.puppet.state import MOUTH_SHAPES
-from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, SPEECH, Emphasis, Phone, mouth_values
+from engine.puppet.visemes import REST_OPENNESS, REST_WEIGHTS, Phone, mouth_values
+from engine.speech.mouth_head import MouthHead, load_mouth_head
+from engine.speech.reader import BLOCK_FRAMES, SpeechReader
+from engine.speech.reader import LOOKAHEAD_FRAMES as READ_AHEAD_FRAMES
 
-REACH_SECONDS = 0.5  # phones further than this from a frame no longer move its mouth
-LOOKAHEAD_FRAMES = 4  # the recogniser settles on a phone 120-200 ms behind the audio
-ONSET_DB = -45.0  # a frame at least this loud (dBFS), in a pause the recogniser has not closed, ...
-ONSET_GATE = 0.5  # ... while the speech gate is at least this open, is a voice begun
+LOOKAHEAD_FRAMES = BLOCK_FRAMES + READ_AHEAD_FRAMES - 1  # a block's first frame waits for the rest of it: 200 ms
 
 
 @dataclass(frozen=True)
@@ -78,29 +78,30 @@ def frame_bounds(n_frames: int, sample_rate: int, fps: int, first: int = 0) -> t
 @dataclass
 class MouthTracker:
     """Streaming ``mouth_track``: ``push`` audio in pieces of any length, get each frame once the
-    audio ``lookahead_frames`` past it is in (the recogniser settles on a phone about
-    ``LOOKAHEAD_FRAMES`` late; fewer frames answer sooner from phones not yet settled); ``close``
-    ends the stream and returns what is left (the last partial frame zero-padded)."""
+    audio ``lookahead_frames`` past it is in (at least what the speech reader's block needs);
+    ``close`` ends the stream and returns what is left (the last partial frame zero-padded)."""
 
     sample_rate: int
     fps: int = 25
     lookahead_frames: int = LOOKAHEAD_FRAMES
     frame: int = field(default=0, init=False)  # next frame to make
-    heard_frames: int = field(default=0, init=False)  # frames whose audio the recogniser has heard
+    heard_frames: int = field(default=0, init=False)  # frames whose audio the reader has heard
     received: int = field(default=0, init=False)  # samples pushed so far
     closed: bool = field(default=False, init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), init=False)  # from heard_frames on
     levels: list[float] = field(default_factory=list, init=False)  # dBFS of frames heard but not yet made
-    recognizer: PhoneRecognizer = field(default_factory=PhoneRecognizer, init=False)
+    reader: SpeechReader = field(init=False)
+    head: MouthHead = field(default_factory=load_mouth_head, init=False, repr=False)
     resampler: Resampler = field(init=False)
-    emphasis: Emphasis = field(default_factory=Emphasis, init=False)
     gate: SpeechGate = field(default_factory=SpeechGate, init=False)
 
     def __post_init__(self) -> None:
         if self.sample_rate < 8000:
-            raise ValueError(f"need at least 8 kHz audio to hear the phones, got {self.sample_rate}")
-        if self.lookahead_frames < 0:
-            raise ValueError(f"lookahead_frames must not be negative, got {self.lookahead_frames}")
+            raise ValueError(f"need at least 8 kHz audio to hear speech, got {self.sample_rate}")
+        self.reader = SpeechReader(self.fps)
+        if self.lookahead_frames < self.reader.wait_frames:
+            raise ValueError(f"the speech reader needs {self.reader.wait_frames} frames of lookahead, "
+                             f"got {self.lookahead_frames}")
         self.resampler = Resampler(self.sample_rate)
 
     @property
@@ -132,7 +133,7 @@ class MouthTracker:
         if frame >= self.heard_frames:  # within the frame being gathered: only its later samples go
             self.pending = self.pending[:start - self.heard_frames * self.sample_rate // self.fps]
         else:
-            self.recognizer.rewind(self.resampler.rewind(start))
+            self.reader.rewind(self.resampler.rewind(start))
             self.gate.rewind()
             del self.levels[frame - self.frame:]
             self.heard_frames = frame
@@ -167,20 +168,18 @@ class MouthTracker:
 
     def _hear(self, x: np.ndarray) -> None:
         heard = self.resampler.push(x)
-        self.recognizer.push(heard)
+        self.reader.push(heard)
         self.gate.push(heard)
         self.levels.append(10.0 * float(np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-10)))
         self.heard_frames += 1
 
     def _make(self, end: int) -> MouthTrack:
-        """Frames [self.frame, end) from the phones heard so far."""
+        """Frames [self.frame, end) from the audio heard so far (a closed stream's ends there)."""
         count = max(end - self.frame, 0)
         if not count:
             return MouthTrack.empty(self.fps)
-        now = self.heard_frames / self.fps
-        phones = self._begun([p for p in self.recognizer.phones() if p.end > now - REACH_SECONDS])
         level = np.array(self.levels[:count], np.float32)
-        openness, weights = mouth_values(phones, self.frame, count, self.fps, level, self.emphasis)
+        openness, weights = self.head(self.reader.features(self.frame, count, final=self.closed))
         speech = self.gate.level.y
         openness = REST_OPENNESS + speech * (openness - REST_OPENNESS)
         weights = REST_WEIGHTS + speech * (weights - REST_WEIGHTS)
@@ -188,26 +187,10 @@ class MouthTracker:
         self.frame += count
         return MouthTrack(self.fps, openness.astype(np.float32), weights.astype(np.float32), level)
 
-    def _begun(self, phones: list[Phone]) -> list[Phone]:
-        """``phones`` with a voice that has begun but is not spelled out yet shown as ``SPEECH``.
-
-        At a voice's onset the recogniser's best path stays in the pause for 100-200 ms past the
-        first sound, then revises: the first syllable would be drawn shut. Frames of that trailing
-        pause that are loud while the speech gate is open are the voice begun; a real mouth is
-        opening by then (it opens before the sound)."""
-        if not phones or not phones[-1].name.startswith("SIL") or self.gate.level.y < ONSET_GATE:
-            return phones
-        pause = phones[-1]
-        loud = [self.frame + k for k, db in enumerate(self.levels) if db > ONSET_DB]
-        begun = max(pause.start, loud[0] / self.fps) if loud else pause.end
-        if begun >= pause.end:
-            return phones
-        return [*phones[:-1], Phone(pause.name, pause.start, begun), Phone(SPEECH, begun, pause.end)]
-
 
 def mouth_track(pcm: np.ndarray, sample_rate: int, fps: int = 25) -> MouthTrack:
     """Mouth openness and shape weights for every video frame of mono float audio, from the
-    phones heard in it."""
+    speech heard in it."""
     tracker = MouthTracker(sample_rate, fps)
     return MouthTrack.concat([tracker.push(pcm), tracker.close()], fps)
 

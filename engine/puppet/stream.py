@@ -25,7 +25,7 @@ class FaceTracker:
     """Streaming ``face_track_from_audio``: ``push`` audio, get the states of the frames it
     completes; ``close`` at the end of the audio returns the rest (the last partial frame
     zero-padded). Frame n covers samples [n*sr/fps, (n+1)*sr/fps); its state comes once
-    ``lookahead`` samples past its end are in (the mouth tracker's phones settle that late)."""
+    ``lookahead`` samples past its end are in (the mouth tracker's speech reader needs them)."""
 
     sample_rate: int
     fps: int = 25
@@ -94,7 +94,7 @@ def animate(motion: FaceAnimator, track: MouthTrack) -> list[FaceState]:
 def state_nbytes(obj: object) -> int:
     """Bytes of the numbers a state object carries: arrays by size, scalars as 8 bytes, random
     generators by their PCG64 state; dataclasses and sequences field by field. Functions
-    (an event clock's gap distribution) are code, not state."""
+    (an event clock's gap distribution) and models are code, not state."""
     if isinstance(obj, np.ndarray):
         return obj.nbytes
     if isinstance(obj, bool | int | float | np.generic):
@@ -105,4 +105,6 @@ def state_nbytes(obj: object) -> int:
         return sum(state_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     if isinstance(obj, list | tuple):
         return sum(state_nbytes(v) for v in obj)
+    if isinstance(obj, dict):
+        return sum(state_nbytes(v) for v in obj.values())
     return 0

@@ -59,10 +59,6 @@ _SIBILANT = Viseme(0.10, wide=0.6, strength=0.8, reach=0.03)
 _POSTALVEOLAR = Viseme(0.14, rounded=0.7, strength=0.9, reach=0.04)
 _VELAR = Viseme(0.24, strength=0.4, reach=0.03)
 
-# A voice begun that the recogniser has not spelled out yet (``MouthTracker``): a neutral mouth,
-# part open, that yields to any phone beside it.
-SPEECH = "SPEECH"
-
 VISEMES: dict[str, Viseme] = {
     "P": _BILABIAL, "B": _BILABIAL, "M": _BILABIAL,
     "F": _LABIODENTAL, "V": _LABIODENTAL,
@@ -80,7 +76,6 @@ VISEMES: dict[str, Viseme] = {
     "AY": Viseme(0.85, wide=0.3, reach=0.06), "OW": Viseme(0.55, rounded=0.9, reach=0.07),
     "OY": Viseme(0.62, rounded=0.6, reach=0.06), "UH": Viseme(0.34, rounded=0.8, reach=0.06),
     "UW": Viseme(0.22, rounded=1.0, strength=1.5, reach=0.08), "ER": Viseme(0.34, rounded=0.6, reach=0.05),
-    SPEECH: Viseme(0.42, strength=0.5, reach=0.03),
 }
 BILABIALS = frozenset({"P", "B", "M"})
 VOWELS = frozenset({"IY", "IH", "EY", "EH", "AE", "AA", "AH", "AO", "AW", "AY", "OW", "OY", "UH", "UW", "ER"})

@@ -1,7 +1,7 @@
 """MotionBacklog: a hearing redrawn session's read motion, waiting for the audio its frames' mouths need.
 
-A redrawn session that hears its own audio (``engine.stages.redraw``) takes its mouth from the
-phones heard, not from the DiT, so a frame can be drawn as soon as its mouth is heard: its audio
+A redrawn session that hears its own audio (``engine.stages.redraw``) takes its mouth from what
+it hears, not from the DiT, so a frame can be drawn as soon as its mouth is heard: its audio
 through the tracker's lookahead. Waiting instead for the DiT chunk that holds the frame costs the
 rest of that chunk's audio and its compute, up to a quarter of a second more between a voice and
 the mouth on screen. The head, eyes and brows of frame ``f`` are therefore the DiT's read motion of

@@ -13,12 +13,11 @@ forward reads every frame of every redrawn session in the batch. The drawers:
   any size, the identity exact by construction).
 
 Where a session hears its own audio (``RedrawState.heard``, a streaming ``MouthTracker``, eased) its mouth
-comes from the phones a speech recogniser trained on real voices hears, not from the DiT's face:
-the DiT learnt its mouth from synthetic voices and follows a real voice little better than its
-loudness, while the heard phones close the lips on p/b/m and round them on oo whoever speaks. The
-head, eyes and brows stay the DiT's. A frame's mouth comes from the phones heard through 80 ms past
-its end (the recogniser settles on a phone about that late), so a redrawn session's chunks wait that
-long past their last frame (the DiT alone needs 32.5 ms).
+comes from what a speech encoder trained on real voices hears (``engine.speech``), not from the
+DiT's face: the DiT learnt its mouth from synthetic voices and follows a real voice little better
+than its loudness, while the encoder hears the words whoever speaks. The head, eyes and brows stay
+the DiT's. A frame's mouth comes from the audio through 200 ms past its end (the rest of the
+reader's block and its lookahead), so a redrawn session's frames wait that long for their mouths.
 
 A session also carries how much its face is talking: an envelope of the read mouth's
 openness that rises within a few frames of speech and falls over about a second of silence
@@ -30,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -50,9 +49,7 @@ POSE = ("yaw", "pitch", "roll", "tx", "ty")
 # its distance to 1 while speech lasts (~4 frames) and to 0 in silence (~1.3 s at 25 fps).
 SPEAKING = 0.15
 TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
-# Frames of audio past a redrawn frame the heard mouth waits for: the recogniser settles on a phone
-# about that late. With fewer the mouth answers sooner from phones not yet settled (two frames:
-# held-out r against real mouths 0.37 instead of 0.42); with none it runs 1.5-2 frames behind the voice.
+# Frames of audio past a redrawn frame the heard mouth waits for: the speech reader's block and its lookahead.
 HEARD_LOOKAHEAD_FRAMES = LOOKAHEAD_FRAMES
 HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame
 
@@ -104,13 +101,14 @@ def smooth_pose(state: FaceState, last: FaceState | None, smoothing: float = POS
 class HeardMouth:
     """A redrawn session's ear: a streaming ``MouthTracker`` over its audio, and a light one-pole
     ease on what it hears. A frame's mouth waits for ``lookahead`` samples of audio past its end
-    (the phones settle), so the session's chunks wait for them too. Phones switch from frame to
-    frame; eased by ``HEARD_EASE`` a frame the mouth moves no less smoothly than real mouths do
+    (the speech reader's block and lookahead), so the session's frames wait for them too. Eased by
+    ``HEARD_EASE`` a frame the mouth moves no less smoothly than real mouths do
     (second over first temporal difference of the opening at most 1.45, real speakers 1.1-1.6)
     at no cost to how well it follows them."""
 
     tracker: MouthTracker
     eased: np.ndarray | None = None  # the last frame's (openness, closed, open, rounded, wide)
+    waiting: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))  # heard, their frames not drawn yet
 
     @classmethod
     def of(cls, sample_rate: int, fps: int) -> HeardMouth:
@@ -152,8 +150,10 @@ class HeardMouth:
 def heard_mouths(motions: Sequence[FaceState], heard: HeardMouth, audio: np.ndarray,
                  final: bool = False) -> list[FaceState]:
     """``motions`` with their mouths replaced by those ``heard`` in ``audio`` (continuing what it
-    heard before, through these frames' lookahead; ``final``: the stream's last audio)."""
-    mouths = heard.hear(audio, final)
+    heard before, through these frames' lookahead; ``final``: the stream's last audio, whose
+    mouths past these frames wait for theirs)."""
+    mouths = np.concatenate([heard.waiting, heard.hear(audio, final)])
+    heard.waiting = mouths[len(motions):]
     out = []
     for k, motion in enumerate(motions):
         if k >= len(mouths):  # not heard yet (audio short of the frames): the DiT's mouth

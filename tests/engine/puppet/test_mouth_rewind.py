@@ -67,7 +67,7 @@ def test_an_interrupted_voice_rests_from_the_cut_not_a_lookahead_later(voice: np
 
 
 def test_a_resampler_rewound_continues_as_if_only_that_much_had_come() -> None:
-    from engine.puppet.recognizer import Resampler
+    from engine.puppet.hearing import Resampler
 
     x = np.sin(np.arange(24_000) / 7.0).astype(np.float32)
     for rate in (SR, 24_000, 44_100):

@@ -116,9 +116,9 @@ def test_heard_phones_follow_a_held_out_real_speakers_voice() -> None:
 
 
 def test_a_voice_opens_the_mouth_before_its_first_phone_is_spelled_out() -> None:
-    """A real speaker after a second of silence: the recogniser keeps its best path in the pause
-    for the first 100-200 ms of the voice; the mouth starts opening with the sound all the same
-    (up to 120 ms before it, as a real mouth does), and the silence before that rests."""
+    """A real speaker after a second of silence: the mouth starts opening with the sound (up to
+    160 ms before it, as a real mouth does: the speech gate hears the lookahead), and the silence
+    before that rests."""
     from engine.eval.real import REAL_DIR
     from engine.media.audio_io import load_audio
 
@@ -126,5 +126,5 @@ def test_a_voice_opens_the_mouth_before_its_first_phone_is_spelled_out() -> None
     first = int(np.nonzero(np.abs(voice) > 0.05)[0][0])
     pcm = np.concatenate([np.zeros(SR, np.float32), voice[first:first + SR]])
     openness = mouth_track(pcm, SR, FPS).openness
-    np.testing.assert_allclose(openness[:FPS - 3], REST_OPENNESS, atol=1e-6)
+    np.testing.assert_allclose(openness[:FPS - 4], REST_OPENNESS, atol=1e-6)
     assert openness[FPS:FPS + 3].max() > 0.15, openness[FPS:FPS + 4]

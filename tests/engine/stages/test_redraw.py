@@ -170,9 +170,12 @@ def test_a_session_that_hears_takes_its_mouth_from_the_phones_and_keeps_the_dit_
     assert heard.lookahead == LOOKAHEAD_FRAMES * SPF
     mouths: list[FaceState] = []
     for start in range(0, frames, 4):
-        count = min(4, frames - start)
-        end = (start + count) * SPF + heard.lookahead
-        mouths += heard_mouths([dit] * count, heard, voice[heard.heard:end], final=start + count == frames)
+        end = (start + 4) * SPF + heard.lookahead
+        final = end >= len(voice)  # the voice ends within the lookahead: the rest is heard at once
+        count = frames - start if final else 4
+        mouths += heard_mouths([dit] * count, heard, voice[heard.heard:end], final=final)
+        if final:
+            break
     whole = HeardMouth.of(SR, FPS).hear(voice, final=True)
     assert len(mouths) == frames and len(whole) == -(-len(voice) // SPF)
     np.testing.assert_allclose([[h.openness, h.closed, h.open, h.rounded, h.wide] for h in mouths], whole[:frames],
