@@ -24,9 +24,13 @@ class MouthHead:
     weight: np.ndarray
     bias: np.ndarray
 
+    def linear(self, features: np.ndarray) -> np.ndarray:
+        """(T, width) -> the linear read (T, 5): openness and the 4 shape weights, unclipped."""
+        return np.asarray(features, np.float32) @ self.weight.T + self.bias
+
     def __call__(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(T, width) -> openness (T,) in [0, 1] and shape weights (T, 4) summing to 1."""
-        y = np.asarray(features, np.float32) @ self.weight.T + self.bias
+        y = self.linear(features)
         shapes = np.clip(y[:, 1:], 0.0, None) + 1e-6
         return np.clip(y[:, 0], 0.0, 1.0), shapes / shapes.sum(axis=1, keepdims=True)
 

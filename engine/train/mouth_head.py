@@ -3,7 +3,13 @@ speech encoder as a stream is, against its phone truth, by ridge regression on s
 features. Clips are generated from seeds (``engine.train.speech.utterance``), so a fit is
 repeatable; only sums are kept, so memory does not grow with the clips.
 
-    python -m engine.train.mouth_head --clips 400
+Phones say what a mouth does only through a map set by hand. Real people talking, with their lip
+gap read by the face mesh, teach the opening as real mouths make it: ``--real-lips`` adds the
+videos of a folder (``engine/train/real_lips/SOURCES.md`` lists the ones the shipped head saw,
+none of them a speaker ``avatar eval --real`` scores), each frame counting ``--real-weight``
+synthetic ones.
+
+    python -m engine.train.mouth_head --clips 330 --real-lips DIR
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +30,10 @@ from engine.speech.reader import SpeechReader
 CLIP_SEED = 10_000  # clip k is generated from seed CLIP_SEED + k
 CLIP_SECONDS = 8.0
 RIDGE = 100.0  # on standardised features; 10 to 1000 read held-out real mouths alike
+# A real frame counts as this many synthetic ones: 21 clips (4 min) beside 330 (44 min). Chosen on
+# the tuning clips of ``avatar eval --real``, which read 2 to 5 alike.
+REAL_WEIGHT = 3.0
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
 
 def clip_pair(pcm: np.ndarray, truth: np.ndarray, fps: int = 25) -> tuple[np.ndarray, np.ndarray]:
@@ -82,11 +93,62 @@ class RidgeSums:
         return MouthHead(weight.astype(np.float32), (my - weight @ mx).astype(np.float32))
 
 
+    def spread(self, column: int) -> tuple[float, float]:
+        """Mean and standard deviation of target ``column``."""
+        mean = self.sy[column] / self.n
+        return float(mean), float(np.sqrt(max(self.yy[column, column] / self.n - mean * mean, 0.0)))
+
+    def merged(self, other: RidgeSums, weight: float = 1.0) -> RidgeSums:
+        """These sums and ``other``'s, each of its frames counting ``weight`` of these."""
+        return RidgeSums(self.n + weight * other.n, self.sx + weight * other.sx, self.sy + weight * other.sy,
+                         self.xx + weight * other.xx, self.xy + weight * other.xy, self.yy + weight * other.yy)
+
+
 def fit(pairs: Iterable[tuple[np.ndarray, np.ndarray]], ridge: float = RIDGE, stretch: bool = True) -> MouthHead:
+    return sums_of(pairs).solve(ridge, stretch)
+
+
+def sums_of(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> RidgeSums:
     sums = RidgeSums()
     for features, targets in pairs:
         sums.add(features, targets)
-    return sums.solve(ridge, stretch)
+    return sums
+
+
+def real_lip_pair(features: np.ndarray, gap: np.ndarray, synthetic: MouthHead,
+                  openness: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(features, targets) of a real talking clip's frames with a face. Its openness is the lip
+    gap standardised to the synthetic truth's ``openness`` (mean, sd) and paired with the
+    features at the lag (within ``MAX_LAG`` frames) where the synthetic head's read follows it
+    best: the clip's own audio-to-video offset. Its shape weights are the synthetic head's read:
+    a gap says how far the lips part, not their shape."""
+    from engine.eval.real import best_lag
+
+    n = min(len(features), len(gap))
+    face = ~np.isnan(gap[:n])
+    if face.sum() < 2:
+        return np.zeros((0, features.shape[1]), np.float32), np.zeros((0, 5), np.float32)
+    gap = np.where(face, gap[:n], np.nanmedian(gap[:n]))
+    targets = synthetic.linear(features[:n])
+    _, lag = best_lag(targets[:, 0], gap)
+    mean, sd = openness
+    opening = mean + sd * (gap - gap[face].mean()) / max(float(gap[face].std()), 1e-9)
+    # the read at frame t + lag goes with the gap at t
+    at = np.arange(max(0, -lag), n - max(0, lag))
+    targets, face = targets[at + lag], face[at]
+    targets[:, 0] = opening[at]
+    return features[at + lag][face], targets[face]
+
+
+def real_lip_clip(path: Path, fps: int = 25, max_seconds: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+    """A video's (features, lip gap) per frame: its audio read as a stream, its frames by the face mesh."""
+    from engine.eval.real import lip_gaps, load_real_clip
+
+    clip = load_real_clip(path, SAMPLE_RATE, fps)
+    frames = clip.frames[: int(max_seconds * fps)]
+    reader = SpeechReader(fps)
+    reader.push(clip.pcm[: len(frames) * SAMPLE_RATE // fps])
+    return reader.features(0, len(frames), final=True), lip_gaps(frames)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clips", type=int, default=400)
     p.add_argument("--out", default=str(HEAD_FILE))
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--real-lips", type=Path, help="a folder of videos of real people talking")
+    p.add_argument("--real-weight", type=float, default=REAL_WEIGHT)
     args = p.parse_args(argv)
+    videos = sorted(v for v in args.real_lips.iterdir() if v.suffix.lower() in VIDEO_SUFFIXES) if args.real_lips else []
+    if args.real_lips and not videos:
+        p.error(f"no videos in {args.real_lips}")
     torch.set_num_threads(args.threads)
-    head = fit(clip_pair(*training_clip(k)) for k in range(args.clips))
-    head.save(args.out)
-    print(f"mouth head fitted on {args.clips} clips -> {args.out}")
+    sums = sums_of(clip_pair(*training_clip(k)) for k in range(args.clips))
+    if videos:
+        synthetic, openness = sums.solve(), sums.spread(0)
+        real = sums_of(real_lip_pair(*real_lip_clip(v), synthetic, openness) for v in videos)
+        sums = sums.merged(real, args.real_weight)
+    sums.solve().save(args.out)
+    print(f"mouth head fitted on {args.clips} clips and {len(videos)} real videos -> {args.out}")
     return 0
 
 

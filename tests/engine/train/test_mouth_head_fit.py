@@ -50,3 +50,49 @@ def test_a_clip_pairs_each_frame_with_its_truth() -> None:
     truth = rng.uniform(0, 1, (25, 5))
     features, targets = clip_pair(pcm, truth)
     assert features.shape == (25, 384) and targets is truth
+
+
+def test_a_real_clips_lip_gap_is_paired_with_the_features_at_its_own_offset() -> None:
+    """A clip whose video runs 2 frames behind its audio, with frames lost by the face mesh: each
+    target is the gap of the frame whose features go with it, standardised to the synthetic
+    truth's spread; shapes are the synthetic head's read; frames without a face are left out."""
+    from engine.speech.mouth_head import MouthHead
+    from engine.train.mouth_head import real_lip_pair
+
+    rng = np.random.default_rng(5)
+    features = rng.standard_normal((300, 8)).astype(np.float32)
+    head = MouthHead(rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal(5).astype(np.float32))
+    heard = head.linear(features)[:, 0]
+    gap = np.full(300, np.nan)
+    gap[2:] = 0.5 + 0.1 * heard[:-2]  # the mouth at t + 2 shows what the audio at t said
+    gap[[50, 51, 200]] = np.nan
+    x, y = real_lip_pair(features, gap, head, (0.25, 0.2))
+    assert len(x) == 300 - 2 - 3
+    assert np.corrcoef(head.linear(x)[:, 0], y[:, 0])[0, 1] > 0.999  # paired at the offset
+    np.testing.assert_allclose([y[:, 0].mean(), y[:, 0].std()], [0.25, 0.2], atol=0.01)
+    np.testing.assert_allclose(y[:, 1:], head.linear(x)[:, 1:], atol=1e-5)
+    x0, y0 = real_lip_pair(features, np.full(300, np.nan), head, (0.25, 0.2))
+    assert x0.shape == (0, 8) and y0.shape == (0, 5)
+
+
+def test_real_frames_count_as_their_weight_of_synthetic_ones() -> None:
+    from engine.train.mouth_head import sums_of
+
+    rng = np.random.default_rng(6)
+    x1, x2 = rng.standard_normal((500, 4)), rng.standard_normal((200, 4)) + 1.0
+    y1, y2 = x1 @ rng.standard_normal((4, 2)), x2 @ rng.standard_normal((4, 2))
+    merged = sums_of([(x1, y1)]).merged(sums_of([(x2, y2)]), 3.0)
+    repeated = sums_of([(x1, y1), (x2, y2), (x2, y2), (x2, y2)])
+    for name in ("n", "sx", "sy", "xx", "xy", "yy"):
+        np.testing.assert_allclose(getattr(merged, name), getattr(repeated, name))
+    mean, sd = sums_of([(x1, y1)]).spread(1)
+    assert mean == pytest.approx(y1[:, 1].mean()) and sd == pytest.approx(y1[:, 1].std())
+
+
+def test_a_real_lips_folder_without_videos_is_refused_in_one_line(tmp_path, capsys) -> None:
+    from engine.train.mouth_head import main
+
+    (tmp_path / "notes.txt").write_text("no video here")
+    with pytest.raises(SystemExit) as done:
+        main(["--clips", "1", "--real-lips", str(tmp_path)])
+    assert done.value.code == 2 and f"no videos in {tmp_path}" in capsys.readouterr().err
