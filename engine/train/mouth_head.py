@@ -159,14 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-lips", type=Path, help="a folder of videos of real people talking")
     p.add_argument("--real-weight", type=float, default=REAL_WEIGHT)
     args = p.parse_args(argv)
-    videos = sorted(v for v in args.real_lips.iterdir() if v.suffix.lower() in VIDEO_SUFFIXES) if args.real_lips else []
-    if args.real_lips and not videos:
-        p.error(f"no videos in {args.real_lips}")
+    videos = []
+    if args.real_lips:
+        if not args.real_lips.is_dir():
+            p.error(f"--real-lips {args.real_lips} is not a folder")
+        videos = sorted(v for v in args.real_lips.iterdir() if v.suffix.lower() in VIDEO_SUFFIXES)
+        if not videos:
+            p.error(f"no videos in {args.real_lips}")
     torch.set_num_threads(args.threads)
     sums = sums_of(clip_pair(*training_clip(k)) for k in range(args.clips))
     if videos:
         synthetic, openness = sums.solve(), sums.spread(0)
         real = sums_of(real_lip_pair(*real_lip_clip(v), synthetic, openness) for v in videos)
+        if not real.n:
+            p.error(f"no face in any video of {args.real_lips}")
         sums = sums.merged(real, args.real_weight)
     sums.solve().save(args.out)
     print(f"mouth head fitted on {args.clips} clips and {len(videos)} real videos -> {args.out}")

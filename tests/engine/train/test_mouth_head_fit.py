@@ -96,3 +96,6 @@ def test_a_real_lips_folder_without_videos_is_refused_in_one_line(tmp_path, caps
     with pytest.raises(SystemExit) as done:
         main(["--clips", "1", "--real-lips", str(tmp_path)])
     assert done.value.code == 2 and f"no videos in {tmp_path}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["--clips", "1", "--real-lips", str(tmp_path / "nowhere")])
+    assert done.value.code == 2 and "is not a folder" in capsys.readouterr().err
