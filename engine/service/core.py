@@ -24,6 +24,7 @@ from engine.quality import Quality, quality_ladder
 from engine.service.costs import CostModel
 from engine.service.messages import EngineInfo, SessionSpec
 from engine.service.scheduler import (
+    MOST_SESSIONS,
     Candidate,
     QualityChange,
     QualityController,
@@ -292,7 +293,11 @@ class EngineCore:
         """More sessions of the default preset this worker can hold in real time at their best
         quality (never negative). An idle worker takes one session even where its estimate holds
         none (a machine too slow for the preset): refusing every session serves no one, and the
-        quality controller runs that one at the cheapest rung of its ladder that keeps up."""
+        quality controller runs that one at the cheapest rung of its ladder that keeps up. A
+        negative ``capacity_margin`` counts no real-time bound at all: the web process's
+        ``max_sessions`` is then the only one."""
+        if self.capacity_margin < 0:
+            return max(0, MOST_SESSIONS - len(self.sessions))
         return max(0, max(self.real_time_sessions(), 1) - len(self.sessions))
 
     def real_time_sessions(self, render: Render | None = None) -> int:

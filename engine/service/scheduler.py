@@ -154,8 +154,11 @@ def project_slack(now: float, candidates: Sequence[Candidate], costs: Costs, *, 
     return slack
 
 
+MOST_SESSIONS = 256  # the most sessions one worker counts room for
+
+
 def sessions_in_real_time(costs: Costs, work_per_period: Sequence[Hashable], period_s: float, *,
-                          margin: float = 0.2, limit: int = 256) -> int:
+                          margin: float = 0.2, limit: int = MOST_SESSIONS) -> int:
     """The largest n (at most ``limit``; 0 if none) such that n sessions, each needing one call
     of every cost key in ``work_per_period`` per ``period_s``, batched n at a time, fit in
     ``(1 - margin) * period_s``. Every n is tried, so a non-monotone estimate cannot hide a fit."""

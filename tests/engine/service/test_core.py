@@ -12,7 +12,7 @@ from engine.presets import Preset
 from engine.service.core import EngineCore, SessionRefused
 from engine.service.costs import CostModel
 from engine.service.messages import SessionSpec
-from engine.service.scheduler import sessions_in_real_time
+from engine.service.scheduler import MOST_SESSIONS, sessions_in_real_time
 from engine.service.worker import describe
 
 
@@ -156,6 +156,19 @@ def test_an_idle_worker_too_slow_for_real_time_still_takes_one_session(core):
     assert core.capacity() == 1
     open_fed(core, "a", 1.0)
     assert core.capacity() == 0
+
+
+def test_a_negative_margin_counts_no_real_time_bound(core):
+    """Costs no session fits, yet a worker told to count no margin keeps taking sessions: the
+    web process's ``max_sessions`` is what bounds them."""
+    period = core.info.frames_per_chunk / core.info.fps
+    for kind_key in core.work_per_period():
+        core.costs.observe(kind_key, 1, 3 * period)
+    core.capacity_margin = -1.0
+    assert core.real_time_sessions() == 0
+    open_fed(core, "a", 1.0)
+    open_fed(core, "b", 1.0)
+    assert core.capacity() == MOST_SESSIONS - 2
 
 
 def test_an_idle_worker_forgets_the_load_its_last_sessions_ran_under(core):
