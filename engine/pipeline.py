@@ -597,6 +597,8 @@ class StreamSession(AudioFed):
                 return ChunkWork(draw_key(self.render, len(frames), self.pipe.batch_engine), None, self.schedule)
             if self.tail_published:
                 return None
+            if not self.audio.closed and self.backlog.ahead() > self.pipe.frames_per_chunk:
+                return None  # the next chunk waits until its motion is a chunk from needed
         quality, c, cfg = self._quality, self.state.counters, self.pipe.config
         schedule = self.schedule
         if c.pending_i is not None:

@@ -64,6 +64,10 @@ class MotionBacklog:
             end = min(end, self.drawn + most)
         return range(self.drawn, max(self.drawn, end))
 
+    def ahead(self) -> int:
+        """Motions read beyond what the next frame to draw is drawn at."""
+        return self.read - self.source(self.drawn)
+
     def take(self, frames: range) -> tuple[list[FaceState], list[str]]:
         """The motions ``frames`` (the next ones to draw) are drawn at, and their chunks; what no
         later frame needs is let go."""

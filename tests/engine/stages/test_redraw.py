@@ -272,6 +272,29 @@ def test_a_hearing_drawn_session_draws_each_frame_as_soon_as_its_mouth_is_heard(
     assert np.array_equal(np.concatenate([f.audio for f in streamed])[: len(pcm)], pcm)
 
 
+def test_a_hearing_drawn_session_runs_each_dit_chunk_only_once_its_motion_is_a_chunk_from_needed() -> None:
+    """Fed live, the DiT chunk (the longest work of a drawn session) waits until the motion held
+    ahead of drawing is down to one chunk, rather than running as soon as its audio is in: run
+    between two frames' draws it delays one frame, not the heavy draw that reads a new block of
+    the heard mouth, and the frames' lateness that the playout delay covers stays small."""
+    from engine.pipeline import Pipeline
+
+    pipe = Pipeline.from_config("tiny").preset("fast")
+    session = pipe.open_session(drawn=True)
+    pcm = real_voice(3.0)
+    chunk = pipe.frames_per_chunk
+    held_at_chunk = []
+    for end in range(SPF, len(pcm) + 1, SPF):
+        session.feed(pcm[end - SPF:end])
+        while session.ready():
+            if session.next_work().plan is not None:
+                held_at_chunk.append(session.backlog.ahead())
+            session.step()
+    assert len(held_at_chunk) >= len(pcm) // SPF // chunk - 2, "every chunk still runs"
+    assert max(held_at_chunk) <= chunk, held_at_chunk
+    assert sorted(set(held_at_chunk[2:])) == [chunk], "each waits until the motion held is one chunk"
+
+
 def test_without_a_pose_lag_a_drawn_session_draws_each_chunk_whole() -> None:
     from engine.pipeline import Pipeline
 
