@@ -179,6 +179,10 @@ def burst_pcm(voice: str = "espeak") -> np.ndarray:
     return speech[start:start + int(BURST_S * RATE)]
 
 
+class Refused(Exception):
+    """The server had no room for a session the measurement needs."""
+
+
 async def session(srv, mode: str, body: dict, mic: MediaStreamTrack | None):
     """A session of ``mode`` (``body``: the rest of ``POST /v1/sessions``) and its aiortc peer."""
     for _ in range(20):  # a worker still measuring the last session answers 503 with Retry-After
@@ -186,6 +190,8 @@ async def session(srv, mode: str, body: dict, mic: MediaStreamTrack | None):
         if res.status_code != 503 or "retry-after" not in res.headers:
             break
         await asyncio.sleep(float(res.headers["retry-after"]) + 0.5)
+    if res.status_code == 503:
+        raise Refused(f"the server refused the measured {mode} session: {res.json()['error']['message']}")
     res.raise_for_status()
     s = res.json()
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -517,4 +523,8 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    try:
+        sys.exit(asyncio.run(main()))
+    except Refused as exc:
+        sys.exit(f"bench/latency.py: {exc} (with --load N the server must hold N + 1 sessions; GET /v1/engine "
+                 "shows how many it holds)")
