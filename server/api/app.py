@@ -56,8 +56,9 @@ async def started_engine(settings: Settings, engine: Engine | None) -> Engine:
                        for w in running.workers()))
     for w in running.workers():
         if w.stats is not None and w.stats.real_time == 0:
-            takes = ("one session at a time, at the cheapest quality that keeps up" if w.capacity <= 1 else
-                     "sessions up to max_sessions all the same (a capacity margin below 0)")
+            uncounted = (settings.engine.engine_capacity_margin or 0.0) < 0
+            takes = ("sessions up to max_sessions all the same (a capacity margin below 0)" if uncounted else
+                     "one session at a time, at the cheapest quality that keeps up")
             log.warning("engine worker %d on %s is too slow for one %s session in real time at its best "
                         "quality: it takes %s", w.index, w.device, config, takes)
     return running
