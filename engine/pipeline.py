@@ -303,17 +303,20 @@ class Pipeline(ConfiguredEngine):
             from engine.stages.redraw import HeardMouth, RedrawState
 
             heard = HeardMouth.of(self.config.audio.sample_rate, self.config.fps) if self.heard_mouth else None
-            redraw = RedrawState(self._drawer(avatar, photo), driver_image, latent_reference=pool_latents(
-                conditioning.hr_latent, self.config.dit.lr_factor)[0], heard=heard)
+            redraw = RedrawState(self._drawer(avatar, photo, heard is not None), driver_image,
+                                 latent_reference=pool_latents(conditioning.hr_latent, self.config.dit.lr_factor)[0],
+                                 heard=heard)
         render = Render.PHOTO if photo is not None else Render.DRAWN if drawn else Render.DECODED
         return StreamSession(self, conditioning, seed, redraw, render)
 
-    def _drawer(self, avatar: str | Identity | None, photo: PhotoAvatar | None):
-        """A redrawn session's drawer: the photo's rig, else the avatar's own renderer."""
+    def _drawer(self, avatar: str | Identity | None, photo: PhotoAvatar | None, hears: bool = False):
+        """A redrawn session's drawer: the photo's rig (its jaw set for mouths heard or read off the
+        driver), else the avatar's own renderer."""
         if photo is not None:
-            from engine.face.rig import PhotoRig
+            from engine.face.rig import HEARD_JAW, READ_JAW, PhotoRig
 
-            return PhotoRig.from_photo(photo.image, photo.face, photo.mouths, photo.sway)
+            return PhotoRig.from_photo(photo.image, photo.face, photo.mouths, photo.sway,
+                                       HEARD_JAW if hears else READ_JAW)
         from engine.avatars import DEFAULT_AVATAR
         from engine.puppet import Identity, get_identity
         from engine.puppet.rig import PuppetRig

@@ -55,13 +55,10 @@ from engine.face.palette import mouth_palette
 from engine.face.warp_mesh import BorderFollow, WarpMesh, delaunay, lip_ladder, signed_areas
 from engine.puppet import FaceState
 
-__all__ = ["CLOSED_BELOW", "JAW_SCALE", "FaceMotion", "PhotoRig", "photo_motion"]
+__all__ = ["HEARD_JAW", "JAW_SCALE", "READ_JAW", "FaceMotion", "JawMap", "PhotoRig", "photo_motion"]
 
 INNER_RING, OUTER_RING = 1.18, 1.5  # rings around the face oval (scale about its centre)
 INNER_RING_FOLLOW = 0.6  # share of the head motion the inner ring takes
-# Openness read below this is a closed mouth: the motion reader reads ~0.0-0.12 on closed driver
-# mouths, and a photo's lips must meet in silence.
-CLOSED_BELOW = 0.1
 DEPTH_SCALE = 0.6
 GAP_FRINGE = 0.04  # mouth widths around a parted photo's inner lips filled with lip (``_lips_over_gap``)
 REST_LINE = 0.5  # how dark the line between lips closed at rest shows (a press is 1)
@@ -129,22 +126,54 @@ def _mesh_subset(xy: np.ndarray, spacing: float, size: int) -> np.ndarray:
     return np.array(keep, np.int32)
 
 
-def photo_motion(state: FaceState, talking: float = 0.0) -> FaceMotion:
-    """The photo's motion for a face state read off a driver face: openness below ``CLOSED_BELOW``
-    closes the lips (pressed, while talking), the rest spans the jaw's travel; the head pose is
-    taken as it is; ``talking`` (the speech envelope) eases a posed smile."""
+@dataclass(frozen=True)
+class JawMap:
+    """How a face state's openness becomes the photo's jaw. Openness below ``closed_below`` is a
+    closed mouth (pressed, while talking); above it the jaw starts at ``lips_part`` and spans the
+    rest of its travel linearly. The rig's lips roll apart over the jaw's first ~0.06 before any
+    gap shows (the face mesh reads the same gap from 0 to 0.05 on every evaluation photo), so a
+    small opening that starts at 0 shows as closed lips."""
+
+    closed_below: float
+    lips_part: float = 0.0
+
+    def jaw(self, openness: float) -> float:
+        if openness <= self.closed_below:
+            return 0.0
+        return min(self.lips_part + (1.0 - self.lips_part) * (openness - self.closed_below)
+                   / (1.0 - self.closed_below), 1.0)
+
+    def press(self, openness: float, talking: float) -> float:
+        return talking * _clip(1.0 - openness / self.closed_below, 0.0, 1.0)
+
+
+# Openness read off a driver face: the motion reader reads ~0.0-0.12 on closed driver mouths,
+# and a photo's lips must meet in silence.
+READ_JAW = JawMap(closed_below=0.1)
+# Openness heard in the audio (``engine.stages.redraw.HeardMouth``) is 0 where the lips meet, and
+# follows a real mouth's gap linearly (it is fitted to real lip gaps): any opening parts the lips.
+# Against real mouths (``avatar eval --real``, tuning clips) the read moved from r 0.610 to 0.62x
+# (the heard openness itself reads 0.654).
+HEARD_JAW = JawMap(closed_below=0.05, lips_part=0.06)
+
+
+def photo_motion(state: FaceState, talking: float = 0.0, jaw: JawMap = READ_JAW) -> FaceMotion:
+    """The photo's motion for a face state: ``jaw`` turns its openness into the jaw's travel and
+    a press of the lips; the head pose is taken as it is; ``talking`` (the speech envelope)
+    eases a posed smile."""
     talking = _clip(talking, 0.0, 1.0)
-    return FaceMotion(jaw_open=min(max((state.openness - CLOSED_BELOW) / (1.0 - CLOSED_BELOW), 0.0), 1.0),
+    return FaceMotion(jaw_open=jaw.jaw(state.openness),
                       mouth_width=min(max(state.wide - state.rounded, -1.0), 1.0),
                       blink=min(max(state.blink, 0.0), 1.0),
                       yaw=state.yaw, pitch=state.pitch, roll=state.roll, tx=state.tx, ty=state.ty,
-                      press=talking * _clip(1.0 - state.openness / CLOSED_BELOW, 0.0, 1.0), talking=talking)
+                      press=jaw.press(state.openness, talking), talking=talking)
 
 
 class PhotoRig:
     """A face photo (a crop from ``crop_face``) prepared for animation; ``render(motion)`` per frame."""
 
-    def __init__(self, image: np.ndarray, face: Face, mouths: MouthBank | None = None, sway: float = 1.0):
+    def __init__(self, image: np.ndarray, face: Face, mouths: MouthBank | None = None, sway: float = 1.0,
+                 jaw: JawMap = READ_JAW):
         image = np.ascontiguousarray(image)
         if image.ndim != 3 or image.shape[0] != image.shape[1] or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"expected a square (S, S, 3) uint8 image, got {image.dtype} {image.shape}")
@@ -174,6 +203,7 @@ class PhotoRig:
         drawn = MouthInterior(image, lm, MouthFrame(axes.centre, axes.eu, axes.ev, axes.width), self.palette)
         self.mouth: MouthInterior | FootageMouth = drawn if mouths is None else FootageMouth(mouths, drawn)
         self.sway = float(sway)
+        self.jaw = jaw
 
     def _build_mesh(self, xy: np.ndarray, bases: MotionBases) -> tuple[np.ndarray, np.ndarray, np.ndarray, WarpMesh]:
         """The landmarks the mesh uses, the inner ring's jaw drop and depth, and the mesh: the
@@ -335,7 +365,7 @@ class PhotoRig:
     def draw(self, state: FaceState, talking: float = 0.0) -> np.ndarray:
         """The frame for a face state read off a driver face (``engine.stages.redraw``'s drawer),
         the head's motion scaled by ``sway``."""
-        motion = photo_motion(state, talking)
+        motion = photo_motion(state, talking, self.jaw)
         if self.sway != 1.0:
             motion = dataclasses.replace(motion, **{k: self.sway * getattr(motion, k) for k in HEAD_MOTION})
         return self.render(motion)
@@ -349,11 +379,12 @@ class PhotoRig:
 
     @classmethod
     def from_photo(cls, image: np.ndarray, face: Face, mouths: MouthBank | None = None,
-                   sway: float = 1.0) -> PhotoRig:
+                   sway: float = 1.0, jaw: JawMap = READ_JAW) -> PhotoRig:
         """A rig for a square photo crop (``crop_face``) and its face (landmarks in crop pixels);
         ``mouths``: the person's own mouth from their footage, ``sway``: how much more or less than
-        the driver they move their head (a personal avatar)."""
-        return cls(image, face, mouths, sway)
+        the driver they move their head (a personal avatar), ``jaw``: where the face states' mouths
+        come from (read off a driver face, or heard)."""
+        return cls(image, face, mouths, sway, jaw)
 
 
 def _lips_over_gap(image: np.ndarray, xy: np.ndarray, mouth_w: float) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from engine.avatars import avatar_image
 from engine.face.detect import detect_faces
 from engine.face.landmarks import face_landmarks
-from engine.face.rig import CLOSED_BELOW, FaceMotion, PhotoRig, photo_motion
+from engine.face.rig import HEARD_JAW, READ_JAW, FaceMotion, PhotoRig, photo_motion
 from engine.frames import PublishedFrame
 from engine.photo.avatar import photo_avatar
 from engine.puppet import FaceState, get_identity, reference_image, render
@@ -23,10 +23,24 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_a_read_state_moves_the_photo_mouth_and_lids_as_read() -> None:
     state = FaceState(openness=0.7, wide=0.6, rounded=0.1, blink=1.2, yaw=0.2, tx=0.02)
-    assert photo_motion(state) == FaceMotion(jaw_open=pytest.approx((0.7 - CLOSED_BELOW) / (1 - CLOSED_BELOW)),
+    closed = READ_JAW.closed_below
+    assert photo_motion(state) == FaceMotion(jaw_open=pytest.approx((0.7 - closed) / (1 - closed)),
                                              mouth_width=pytest.approx(0.5), blink=1.0, yaw=0.2, tx=0.02)
-    assert photo_motion(FaceState(openness=0.05)).jaw_open == 0.0, "a mouth read nearly closed is closed"
+    assert photo_motion(FaceState(openness=0.08)).jaw_open == 0.0, "a mouth read nearly closed is closed"
     assert photo_motion(FaceState(openness=1.0)).jaw_open == 1.0
+
+
+def test_a_heard_opening_parts_the_photo_lips_and_a_heard_closure_presses_them() -> None:
+    """A heard mouth is 0 where the lips meet: a small heard opening starts the jaw where the rig's
+    lips show a gap, where read off a driver face the same openness is a closed mouth."""
+    small = FaceState(openness=0.08)
+    assert photo_motion(small, 1.0, HEARD_JAW).jaw_open >= HEARD_JAW.lips_part > 0
+    assert photo_motion(small, 1.0, READ_JAW).jaw_open == 0.0
+    jaws = [photo_motion(FaceState(openness=o), 1.0, HEARD_JAW).jaw_open for o in np.linspace(0.06, 1.0, 20)]
+    assert np.all(np.diff(jaws) > 0) and jaws[-1] == 1.0
+    shut = photo_motion(FaceState(openness=0.0), 1.0, HEARD_JAW)
+    assert shut.jaw_open == 0.0 and shut.press == 1.0
+    assert photo_motion(FaceState(openness=0.0), 0.0, HEARD_JAW).press == 0.0, "silent lips rest, not pressed"
 
 
 def test_the_head_pose_is_smoothed_and_the_mouth_and_lids_are_not() -> None:
@@ -35,6 +49,26 @@ def test_the_head_pose_is_smoothed_and_the_mouth_and_lids_are_not() -> None:
     then = smooth_pose(FaceState(openness=0.05, yaw=0.0), first, smoothing=0.5)
     assert then.openness == 0.05 and then.blink == 0.0
     assert then.yaw == pytest.approx(0.1) and then.tx == pytest.approx(0.01)
+
+
+def test_a_small_heard_opening_shows_between_the_photo_lips(astronaut, micro_pipe) -> None:
+    """Drawn for a heard mouth, a small opening (a real mouth's gap mid-word) shows a gap the face
+    mesh reads; read off a driver face the same openness is a closed mouth. A photo session that
+    hears its audio gets the heard map, one that does not the read one."""
+    photo = photo_avatar(astronaut)
+    assert micro_pipe.open_session(photo=photo).redraw.drawer.jaw == HEARD_JAW
+    deaf = micro_pipe.preset("quality")
+    deaf.heard_mouth = False
+    assert deaf.open_session(photo=photo).redraw.drawer.jaw == READ_JAW
+
+    def gap(jaw, openness: float) -> float:
+        frame = PhotoRig.from_photo(photo.image, photo.face, jaw=jaw).draw(FaceState(openness=openness), 1.0)
+        return face_landmarks(frame, detect_faces(frame)[0]).lip_gap() / photo.face.mouth_width
+
+    rest = gap(HEARD_JAW, 0.0)
+    assert abs(gap(READ_JAW, 0.0) - rest) < 0.01 and abs(gap(READ_JAW, 0.1) - rest) < 0.01, "read: closed"
+    heard = [gap(HEARD_JAW, o) - rest for o in (0.1, 0.2, 0.3)]
+    assert heard[0] > 0.03 and heard[0] < heard[1] < heard[2], heard
 
 
 def test_driver_frames_become_the_photo_moving_with_them(astronaut) -> None:
