@@ -76,10 +76,10 @@ async def test_sessions_are_admitted_by_measured_capacity(monkeypatch):
                 after = srv.manager.sessions[live.id].outbound.playout.stats()
                 shown = after.frames_shown - before[live.id].frames_shown
                 misses = after.deadline_misses - before[live.id].deadline_misses
-                if slow:  # it streams on as well as the machine allows: it keeps up, or it steps down
-                    assert shown >= 0.4 * 25 * STREAM_S, (live.id, shown)
-                    stepped = engine.workers()[0].stats.quality_changes["overload"]
-                    assert stepped >= 1 or misses <= 0.03 * shown + 1, (live.id, stepped, misses, shown)
+                if slow:  # it streams on as well as the machine allows: a drawn fast session's ladder has
+                    # one rung (one step, no I chunks), so it has nothing to step down to and misses what
+                    # the machine cannot make in time (measured by `make soak`, not bounded here)
+                    assert shown >= 0.4 * 25 * STREAM_S, (live.id, shown, misses)
                     continue
                 assert shown >= 0.9 * 25 * STREAM_S, (live.id, shown)
                 # A generous bound: this process also runs the clients' decoders and, in the whole suite,
