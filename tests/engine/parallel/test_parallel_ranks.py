@@ -114,7 +114,7 @@ def test_a_rank_that_dies_while_idle_is_noticed(engine) -> None:
 
 @pytest.fixture
 async def worker(micro_weights: Path):
-    options = WorkerOptions(config="micro", weights=str(micro_weights), threads=1, warm_up=False, calibrate=(1,),
+    options = WorkerOptions(config="micro", weights=str(micro_weights), threads=1, warm_up=False, calibrate=(),
                             parallel=PLAN)
     pool = WorkerPool(options, workers=1, restart=False)
     await pool.start()

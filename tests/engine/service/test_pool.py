@@ -22,7 +22,7 @@ from engine.service.pool import WorkerPool
 from engine.service.slots import PREFIX, SHM_DIR
 from engine.service.worker import WorkerOptions
 
-MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(1,))
+MICRO = WorkerOptions(config="micro", threads=1, warm_up=False, calibrate=(), capacity_margin=-1.0)
 
 
 def my_slot_files() -> list:
