@@ -51,7 +51,10 @@ SPEAKING = 0.15
 TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
 # Frames of audio past a redrawn frame the heard mouth waits for: the speech reader's block and its lookahead.
 HEARD_LOOKAHEAD_FRAMES = LOOKAHEAD_FRAMES
-HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame
+HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame ...
+# ... and for a closing mouth's openness: lips meet in a frame or two on a p, b or m, and a closure
+# eased as slowly as an opening stops short of closed
+HEARD_CLOSE_EASE = 1.0
 
 
 Heard = tuple[np.ndarray, bool]  # a hearing session's next audio, and whether its stream ends there
@@ -102,9 +105,9 @@ class HeardMouth:
     """A redrawn session's ear: a streaming ``MouthTracker`` over its audio, and a light one-pole
     ease on what it hears. A frame's mouth waits for ``lookahead`` samples of audio past its end
     (the speech reader's block and lookahead), so the session's frames wait for them too. Eased by
-    ``HEARD_EASE`` a frame the mouth moves no less smoothly than real mouths do
-    (second over first temporal difference of the opening at most 1.45, real speakers 1.1-1.6)
-    at no cost to how well it follows them."""
+    ``HEARD_EASE`` a frame (``HEARD_CLOSE_EASE`` as it closes) the mouth moves no less smoothly
+    than real mouths do (second over first temporal difference of the opening at most 1.45, real
+    speakers 1.1-1.6) at no cost to how well it follows them."""
 
     tracker: MouthTracker
     eased: np.ndarray | None = None  # the last frame's (openness, closed, open, rounded, wide)
@@ -137,14 +140,25 @@ class HeardMouth:
         if final:
             track = MouthTrack.concat([track, self.tracker.close()], track.fps)
         heard = np.concatenate([track.openness[:, None], track.weights], axis=1).astype(np.float64)
-        out = np.empty_like(heard)
-        y = heard[0] if self.eased is None and len(heard) else self.eased
-        for k, target in enumerate(heard):
-            y = y + HEARD_EASE * (target - y)
-            out[k] = y
+        out = ease_mouths(heard, self.eased)
         if len(heard):
-            self.eased = y
+            self.eased = out[-1]
         return out
+
+
+def ease_mouths(heard: np.ndarray, last: np.ndarray | None) -> np.ndarray:
+    """Heard mouths (frames, 5: openness and the shape weights) eased frame by frame from ``last``
+    (the frame before; None: from the first): ``HEARD_EASE`` of the way a frame, and
+    ``HEARD_CLOSE_EASE`` for an openness that falls."""
+    out = np.empty_like(heard)
+    y = heard[0] if last is None and len(heard) else last
+    for k, target in enumerate(heard):
+        ease = np.full(heard.shape[1], HEARD_EASE)
+        if target[0] < y[0]:
+            ease[0] = HEARD_CLOSE_EASE
+        y = y + ease * (target - y)
+        out[k] = y
+    return out
 
 
 def heard_mouths(motions: Sequence[FaceState], heard: HeardMouth, audio: np.ndarray,

@@ -16,7 +16,16 @@ from engine.puppet import FaceState, get_identity, reference_image, render
 from engine.puppet.mouth import LOOKAHEAD_FRAMES, MouthTrack, MouthTracker
 from engine.puppet.rig import PuppetRig
 from engine.puppet.visemes import REST_OPENNESS
-from engine.stages.redraw import HeardMouth, Redraw, RedrawState, heard_mouths, smooth_pose
+from engine.stages.redraw import (
+    HEARD_CLOSE_EASE,
+    HEARD_EASE,
+    HeardMouth,
+    Redraw,
+    RedrawState,
+    ease_mouths,
+    heard_mouths,
+    smooth_pose,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -225,6 +234,17 @@ def test_a_session_that_hears_takes_its_mouth_from_the_phones_and_keeps_the_dit_
         return float(np.abs(np.diff(x, n=2)).mean() / np.abs(np.diff(x)).mean())
 
     assert chatter(openness) < min(1.45, chatter(raw)), (chatter(openness), chatter(raw))
+
+
+def test_a_heard_mouth_opens_eased_and_closes_at_once() -> None:
+    """Lips meet in a frame or two on a p, b or m: a heard closure is drawn closed in the frame it
+    is heard, where an opening (and every shape weight) moves part of the way a frame."""
+    heard = np.array([[0.0, 1, 0, 0, 0], [0.6, 0, 1, 0, 0], [0.6, 0, 1, 0, 0], [0.0, 1, 0, 0, 0]])
+    out = ease_mouths(heard, None)
+    assert out[1, 0] == pytest.approx(HEARD_EASE * 0.6) and out[2, 0] > out[1, 0]
+    assert out[1, 2] == pytest.approx(HEARD_EASE) and out[3, 2] == pytest.approx(out[2, 2] * (1 - HEARD_EASE))
+    assert HEARD_CLOSE_EASE == 1.0 and out[3, 0] == 0.0
+    np.testing.assert_allclose(ease_mouths(heard[2:], out[1]), out[2:])  # continues from the frame before
 
 
 def test_the_heard_mouth_keeps_time_with_the_phones_said() -> None:
