@@ -82,6 +82,9 @@ class StepOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # session -> message
 
 
+PRIOR_S = 0.2  # a chunk's cost assumed per session before anything of its kind was measured
+
+
 def presets_of(pipes: dict, guided: bool, render: Render = Render.DECODED) -> dict[str, tuple[Quality, ...]]:
     """Each preset's ladder from its own steps for sessions rendered ``render``: ``quality`` walks the
     whole ladder; ``fast`` has no I chunks to give up."""
@@ -101,7 +104,7 @@ class EngineCore:
         self.pipes = {name: pipeline.preset(name) for name in Preset}
         self.info = info
         self.clock = clock
-        self.costs = costs or CostModel(prior_s=0.2)
+        self.costs = costs or CostModel(prior_s=PRIOR_S)
         self.margin_s = margin_s
         self.max_batch = max_batch
         cfg = pipeline.config

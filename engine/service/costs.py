@@ -121,6 +121,21 @@ class CostModel:
         self._baseline: dict[Hashable, dict[int, float]] = {}
         self._load = _Ewma()
 
+    @classmethod
+    def from_calibration(cls, calibration: Mapping[Hashable, Mapping[int, float]], **kwargs) -> CostModel:
+        """A model whose baseline is ``calibration`` (another worker's :meth:`calibration` on the
+        same engine and machine), as if it had measured those costs itself."""
+        model = cls(**kwargs)
+        for key, points in calibration.items():
+            for batch_size, seconds in points.items():
+                model.observe(key, batch_size, seconds)
+        model.set_baseline()
+        return model
+
+    def calibration(self) -> dict[Hashable, dict[int, float]]:
+        """The baseline's costs in seconds per (cost key, batch size): what start-up calibration measured."""
+        return {key: dict(points) for key, points in self._baseline.items()}
+
     def set_baseline(self) -> None:
         """What was measured so far (start-up calibration) becomes the baseline; load restarts at 1."""
         self._baseline = {key: {b: e.value for b, e in points.items() if e.count}

@@ -121,6 +121,9 @@ class WorkerReady:
     pid: int
     device: str
     info: EngineInfo
+    # What its start-up calibration measured (seconds per cost key and batch size): a replacement
+    # for this worker starts from it instead of measuring again.
+    calibration: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

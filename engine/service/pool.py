@@ -70,6 +70,7 @@ class WorkerLink:
         self.served = False  # it reported ready once
         self.info: EngineInfo | None = None
         self.stats: WorkerStats | None = None
+        self.calibration: dict = {}  # what its start-up calibration measured (a replacement starts from it)
         self.error: str | None = None
         self.pid: int | None = None
         self.streams: dict[str, EngineStream] = {}
@@ -169,8 +170,9 @@ class WorkerLink:
                 stream = self.streams.pop(session, None)
                 if stream is not None:
                     stream.fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
-            case WorkerReady(pid, _, info):
+            case WorkerReady(pid, _, info, calibration):
                 self.pid, self.info, self.state, self.served = pid, info, "ready", True
+                self.calibration = calibration
                 self.ready.set()
             case WorkerFailed(message):
                 self.error = message
@@ -321,8 +323,11 @@ class WorkerPool(EngineClient):
             await asyncio.wait_for(asyncio.gather(*(link.ready.wait() for link in self.links)), timeout_s)
         return any(link.alive for link in self.links)
 
-    def _launch(self, index: int) -> WorkerLink:
-        link = WorkerLink(index, self.options[index], self._make, self._ended)
+    def _launch(self, index: int, calibration: dict | None = None) -> WorkerLink:
+        options = self.options[index]
+        if calibration:
+            options = dataclasses.replace(options, calibration=calibration)
+        link = WorkerLink(index, options, self._make, self._ended)
         link.start()
         task = asyncio.create_task(self._adopt_info(link))
         self._restarting.add(task)
@@ -361,8 +366,9 @@ class WorkerPool(EngineClient):
         if self._closing:
             return
         self.restarts += 1
-        log.info("starting a replacement for engine worker %d", old.index)
-        self.links[old.index] = link = self._launch(old.index)
+        log.info("starting a replacement for engine worker %d%s", old.index,
+                 " from its measured costs" if old.calibration else "")
+        self.links[old.index] = link = self._launch(old.index, old.calibration)
         await link.ready.wait()
         if link.alive:
             self._failures[old.index] = 0

@@ -98,6 +98,9 @@ class WorkerOptions:
     socket_dir: str | None = None
     key: bytes = b""
     index: int = 0
+    # Costs a worker this one replaces measured at start-up (``WorkerReady.calibration``): the same
+    # engine on the same machine, so this one starts from them instead of calibrating again.
+    calibration: dict | None = None
 
     @property
     def address(self) -> str:
@@ -145,8 +148,14 @@ def load_core(options: WorkerOptions):
         pipe = build_pipeline(options.parallel, name=options.config, **build)
     else:
         pipe = Pipeline.from_config(options.config, **build)
+    costs = None
+    if options.calibration:
+        from engine.service.core import PRIOR_S
+        from engine.service.costs import CostModel
+
+        costs = CostModel.from_calibration(options.calibration, prior_s=PRIOR_S)
     try:
-        return core_from(pipe, options)
+        return core_from(pipe, options, costs)
     except BaseException:
         close_engine(pipe)
         raise
@@ -288,7 +297,8 @@ class Worker:
     def _take(self, item) -> None:
         match item:
             case ClientJoined(client):
-                self.clients.send(client, WorkerReady(os.getpid(), self.options.device, self.core.info))
+                self.clients.send(client, WorkerReady(os.getpid(), self.options.device, self.core.info,
+                                                      self.core.costs.calibration()))
                 self.report(force=True, only=client)
             case ClientGone(client, reason):
                 if client == OWNER:
@@ -441,7 +451,7 @@ def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSl
         if options.socket_dir is not None:  # open to the node's web processes before saying ready
             worker.clients.listen(options.address, options.key)
         worker.report(force=True, only=OWNER)  # the capacity figure is there by the time the worker is ready
-        worker.clients.send(OWNER, WorkerReady(os.getpid(), options.device, core.info))
+        worker.clients.send(OWNER, WorkerReady(os.getpid(), options.device, core.info, core.costs.calibration()))
         worker.run()
     finally:
         close_engine(core.pipe)

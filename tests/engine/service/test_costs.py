@@ -166,3 +166,22 @@ def test_kind_and_label_of_keys() -> None:
     assert kind_of("N") == "N"
     assert label(("I", 2, False)) == "I/2/False"
     assert label(7) == "7"
+
+
+def test_a_model_from_another_workers_calibration_estimates_as_it_did() -> None:
+    """A replacement worker starts from its predecessor's calibration: the same baseline, the same
+    estimates, its load back at 1, and it hands the same calibration on."""
+    measured = CostModel(prior_s=0.2)
+    for seconds in (0.05, 0.04, 0.045):
+        measured.observe(("N", 1), 1, seconds)
+        measured.observe(("N", 1), 2, 2 * seconds * 0.8)
+    measured.observe(("draw", 0), 1, 0.012)
+    measured.set_baseline()
+    measured.observe(("N", 1), 1, 0.09)  # live load after calibration: not part of it
+    assert measured.load > 1
+    again = CostModel.from_calibration(measured.calibration(), prior_s=0.2)
+    assert again.calibration() == measured.calibration()
+    assert again.load == 1.0
+    for key, size in ((("N", 1), 1), (("N", 1), 2), (("N", 1), 4), (("draw", 0), 1), (("draw", 3), 1)):
+        assert again.estimate(key, size) == pytest.approx(measured.estimate(key, size) / measured.load), key
+    assert CostModel.from_calibration({}, prior_s=0.2).estimate(("N", 1), 2) == pytest.approx(0.4)

@@ -5,6 +5,7 @@ process (nothing pickled, frames in memory, the same frames as a subprocess's)."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pickle
 import signal
@@ -164,10 +165,13 @@ async def test_a_killed_worker_costs_only_its_own_sessions(pool):
     assert my_slot_files() == []
 
 
-async def test_a_worker_that_stops_making_progress_is_replaced(pool):
-    p = await pool(options=MICRO, watchdog_s=1.0)
+async def test_a_worker_that_stops_making_progress_is_replaced_from_its_measured_costs(pool):
+    """The replacement starts from what the hung worker's start-up calibration measured (the same
+    engine on the same machine) instead of measuring again: it reports those very costs."""
+    p = await pool(options=dataclasses.replace(MICRO, calibrate=(1,)), watchdog_s=1.0)
     stream = await p.open(SessionSpec(preset=Preset.QUALITY))
-    pid = p.links[0].pid
+    pid, measured = p.links[0].pid, p.links[0].calibration
+    assert measured and all(seconds > 0 for points in measured.values() for seconds in points.values())
     await feed(stream, 3.0)
     await frames(stream, 1)
     os.kill(pid, signal.SIGSTOP)  # hung: alive, silent, its sessions' frames stop
@@ -178,6 +182,8 @@ async def test_a_worker_that_stops_making_progress_is_replaced(pool):
     assert time.monotonic() - t0 < 5.0
     fresh = await asyncio.wait_for(p.replaced.get(), 15)
     assert fresh is p.links[0] and fresh.alive and fresh.pid != pid
+    assert fresh.options.calibration == measured and fresh.calibration == measured
+    assert fresh.stats.capacity == p.capacity() >= 1
     await stream.close()
 
 
