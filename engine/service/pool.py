@@ -70,7 +70,6 @@ class WorkerLink:
         self.served = False  # it reported ready once
         self.info: EngineInfo | None = None
         self.stats: WorkerStats | None = None
-        self.calibration: dict = {}  # what its start-up calibration measured (a replacement starts from it)
         self.error: str | None = None
         self.pid: int | None = None
         self.streams: dict[str, EngineStream] = {}
@@ -172,7 +171,8 @@ class WorkerLink:
                     stream.fail(EngineError("engine_failed", f"the engine failed on this session: {message}"))
             case WorkerReady(pid, _, info, calibration):
                 self.pid, self.info, self.state, self.served = pid, info, "ready", True
-                self.calibration = calibration
+                # what its calibration measured: a replacement started from these options starts from it
+                self.options = dataclasses.replace(self.options, calibration=calibration or None)
                 self.ready.set()
             case WorkerFailed(message):
                 self.error = message
@@ -323,11 +323,8 @@ class WorkerPool(EngineClient):
             await asyncio.wait_for(asyncio.gather(*(link.ready.wait() for link in self.links)), timeout_s)
         return any(link.alive for link in self.links)
 
-    def _launch(self, index: int, calibration: dict | None = None) -> WorkerLink:
-        options = self.options[index]
-        if calibration:
-            options = dataclasses.replace(options, calibration=calibration)
-        link = WorkerLink(index, options, self._make, self._ended)
+    def _launch(self, index: int, options: WorkerOptions | None = None) -> WorkerLink:
+        link = WorkerLink(index, options or self.options[index], self._make, self._ended)
         link.start()
         task = asyncio.create_task(self._adopt_info(link))
         self._restarting.add(task)
@@ -367,8 +364,8 @@ class WorkerPool(EngineClient):
             return
         self.restarts += 1
         log.info("starting a replacement for engine worker %d%s", old.index,
-                 " from its measured costs" if old.calibration else "")
-        self.links[old.index] = link = self._launch(old.index, old.calibration)
+                 " from its measured costs" if old.options.calibration else "")
+        self.links[old.index] = link = self._launch(old.index, old.options)
         await link.ready.wait()
         if link.alive:
             self._failures[old.index] = 0
