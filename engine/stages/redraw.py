@@ -151,12 +151,12 @@ def ease_mouths(heard: np.ndarray, last: np.ndarray | None) -> np.ndarray:
     (the frame before; None: from the first): ``HEARD_EASE`` of the way a frame, and
     ``HEARD_CLOSE_EASE`` for an openness that falls."""
     out = np.empty_like(heard)
+    opening = np.full(heard.shape[1], HEARD_EASE)
+    closing = opening.copy()
+    closing[0] = HEARD_CLOSE_EASE
     y = heard[0] if last is None and len(heard) else last
     for k, target in enumerate(heard):
-        ease = np.full(heard.shape[1], HEARD_EASE)
-        if target[0] < y[0]:
-            ease[0] = HEARD_CLOSE_EASE
-        y = y + ease * (target - y)
+        y = y + (closing if target[0] < y[0] else opening) * (target - y)
         out[k] = y
     return out
 
