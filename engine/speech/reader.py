@@ -21,7 +21,7 @@ import torch
 
 from engine.speech.encoder import POSITION_SAMPLES, SAMPLE_RATE, SpeechEncoder, load_encoder, log_mel
 
-BLOCK_FRAMES = 4  # one encoder pass per 160 ms of audio (about 30 ms of one core)
+BLOCK_FRAMES = 4  # one encoder pass per 160 ms of audio (10-30 ms of one core, by machine and dtype)
 LOOKAHEAD_FRAMES = 2  # audio past a block's end its window holds
 WINDOW_SECONDS = 2.0
 END_MARGIN = 2  # samples short of a frame edge a window ends: a resampled stream lags its input by one
