@@ -8,11 +8,11 @@ import logging
 from datetime import UTC, datetime
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
-from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.sdp import SessionDescription
 
 from server.base.protocol import IceServer
+from server.media.audio_jitter import AudioJitterBuffer
 from server.media.broadcast import PacketTrack
 from server.media.sdp import BadOffer, check_offer
 
@@ -35,7 +35,7 @@ def create_peer(ice_servers: list[IceServer]) -> RTCPeerConnection:
 
 async def apply_offer(pc: RTCPeerConnection, offer: RTCSessionDescription, mic_packets: int | None = None) -> set[str]:
     """Apply the client's offer (checked first: :func:`check_offer`); the kinds of its media sections.
-    ``mic_packets``: how many audio packets the receive jitter buffer holds (:func:`hold_audio_packets`)."""
+    ``mic_packets``: how many later audio packets a missing one is waited for (:func:`hold_audio_packets`)."""
     check_offer(offer.sdp)
     try:
         await pc.setRemoteDescription(offer)
@@ -47,16 +47,15 @@ async def apply_offer(pc: RTCPeerConnection, offer: RTCSessionDescription, mic_p
 
 
 def hold_audio_packets(pc: RTCPeerConnection, packets: int) -> None:
-    """Let each incoming audio packet out of aiortc's receive jitter buffer once ``packets`` packets
-    have arrived from it on (aiortc holds 4: 80 ms of microphone delay before the feed clock even
-    sees it). The feed clock's own holdback absorbs arrival jitter; what a deeper buffer adds is
-    room to put reordered packets back in order, which a packet later than this is not given."""
+    """Give each audio receiver our :class:`AudioJitterBuffer`: a packet leaves as soon as it is in
+    order, a missing one is waited for until ``packets`` later ones are in (aiortc's own buffer holds
+    every packet until 4 more have come: 80 ms, and stays 280 ms behind after one loss)."""
     for transceiver in pc.getTransceivers():
         receiver = transceiver.receiver
         if transceiver.kind != "audio" or not hasattr(receiver, JITTER_ATTR):
             continue
         old = getattr(receiver, JITTER_ATTR)
-        setattr(receiver, JITTER_ATTR, JitterBuffer(capacity=old.capacity, prefetch=packets))
+        setattr(receiver, JITTER_ATTR, AudioJitterBuffer(capacity=old.capacity, reorder=packets))
 
 
 async def _local_answer(pc: RTCPeerConnection) -> RTCSessionDescription:

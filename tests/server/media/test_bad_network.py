@@ -21,6 +21,8 @@ from server_helpers import (
     wait_until,
 )
 
+from server.media.peer import JITTER_ATTR
+
 BAD = Conditions(loss=0.05, delay_s=0.02, jitter_s=0.08)  # 20-100 ms one way: packets 20 ms apart overtake
 CLEAN_S, BAD_S, RECOVER_S = 3.0, 6.0, 12.0
 # A loaded machine's own late packet restarts the microphone buffer's steady spell: its trim may
@@ -72,12 +74,17 @@ async def test_a_bad_network_grows_the_microphone_buffer_stalls_nothing_and_reco
             recovered += await phase(1.0)
         done.set()
         stats = live.outbound.playout.stats()
+        (receiver,) = [t.receiver for t in live.pc.getTransceivers() if t.kind == "audio"]
+        mic_buffer = getattr(receiver, JITTER_ATTR)
         await pc.close()
     path.close()
 
     assert path.dropped["up"] > 10 and path.dropped["down"] > 10, "the network lost datagrams both ways"
     assert feeder.jitter.underruns > underruns, "late microphone packets left due audio missing"
     assert np.median(recovered[-20:]) <= np.median(clean) + 0.03, "the microphone buffer back to its size, once steady"
+    # Lost microphone packets were given up, and nothing waits behind them: aiortc's own receive
+    # buffer would hold 14 packets (280 ms) from the first loss on.
+    assert mic_buffer.skipped > 5 and mic_buffer.held <= live.settings.feed.mic_jitter_packets, vars(mic_buffer)
 
     arrivals = np.asarray(video.arrival)
     during = arrivals[(arrivals > bad_from) & (arrivals < good_from)]
