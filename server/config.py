@@ -197,8 +197,8 @@ class FeedSettings(Group):
 
     mic_buffer_s: float = Field(0.3, gt=0, description="inbound microphone audio kept waiting for the feed clock")
     mic_jitter_packets: int = Field(
-        2, ge=0, le=15, description="later 20 ms microphone packets a missing one is waited for before it is given "
-        "up: room for reordered packets, costing 20 ms each only while a packet is missing (server/media/audio_jitter.py)"
+        2, ge=0, le=15, description="later 20 ms microphone packets a missing one is waited for before it is "
+        "given up: room for reordered packets, costing 20 ms each only while a packet is missing"
     )
     feed_holdback_s: float = Field(0.04, ge=0, description="feed clock runs this far behind wall time (mic jitter)")
     feed_tick_s: float = Field(0.02, gt=0)

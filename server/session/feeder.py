@@ -60,7 +60,6 @@ class Feeder:
         self.mic = mic
         self.holdback_s = holdback_s
         self.jitter = MicJitter()
-        self._mic_pushed = 0
         self._mic_heard_at: float | None = None  # when microphone samples last arrived
         self.max_backlog_samples = max_backlog_samples
         self.agent_backlog_samples = max_backlog_samples if agent_backlog_samples is None else agent_backlog_samples
@@ -77,6 +76,12 @@ class Feeder:
         block = FeedBlock(self.fed, np.zeros(n, np.float32))
         self.fed += n
         return block
+
+    def hear_mic(self, samples: np.ndarray, now: float) -> None:
+        """Microphone samples arrived at ``now``: queued for the feed clock."""
+        self.mic.push(samples)
+        if samples.size:
+            self._mic_heard_at = now
 
     def start(self, now: float) -> None:
         self._anchor_time = now
@@ -128,16 +133,19 @@ class Feeder:
         self.rewind.seal(self.fed)
 
     def _take_mic(self, now: float, n: int) -> np.ndarray:
-        """``n`` due microphone samples (fewer if they are not in yet); the buffer's jitter is learnt from it."""
-        if self.mic.pushed != self._mic_pushed:
-            self._mic_pushed, self._mic_heard_at = self.mic.pushed, now
+        """``n`` due microphone samples (fewer if they are not in yet); the buffer's jitter is learnt from it:
+        its slack is the audio left waiting plus how long the newest packet has waited already (a packet
+        that came just after the last tick has waited most of a tick: it could have come that much later)."""
         got = self.mic.take(n)
         live = self._mic_heard_at is not None and now - self._mic_heard_at < MIC_LIVE_S
         if got.size < n and live:
             self.jitter.underrun(now)
         elif live:
-            excess = int(self.jitter.excess(now, len(self.mic) / self.sample_rate) * self.sample_rate)
-            step = min(excess, self.sample_rate // 50)  # a packet at a time: 20 ms of quiet is common in speech
+            assert self._mic_heard_at is not None
+            slack = len(self.mic) / self.sample_rate + now - self._mic_heard_at
+            excess = int(self.jitter.excess(now, slack) * self.sample_rate)
+            # a packet at a time (20 ms of quiet is common in speech), and no more than is waiting
+            step = min(excess, self.sample_rate // 50, len(self.mic))
             if step and self.mic.drop_quiet(step, QUIET):
                 self.jitter.trimmed(step / self.sample_rate)
         return got

@@ -8,6 +8,7 @@ to the engine's input. In agent mode the microphone feeds only voice activity de
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -94,7 +95,7 @@ class Inbound:
     def _heard(self, samples: np.ndarray) -> None:
         self._on_heard(samples)
         if self.feeder.mode == "mirror":
-            self.mic.push(samples)
+            self.feeder.hear_mic(samples, time.monotonic())
         else:
             self.voice.hear_user(samples, self.microphone.samples)
 

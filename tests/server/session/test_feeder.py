@@ -56,7 +56,7 @@ def test_feeder_places_speech_on_the_timeline_and_pads_with_silence():
 def test_feeder_mirror_takes_microphone_with_holdback():
     f = make_feeder(mode="mirror", holdback=0.04)
     f.start(0.0)
-    f.mic.push(np.full(800, 0.25, np.float32))
+    f.hear_mic(np.full(800, 0.25, np.float32), 0.0)
     assert f.tick(0.04, 0).samples.size == 0
     block = f.tick(0.1, 0)
     assert block.samples.size == 960 and block.samples[:800].min() == 0.25 and not block.samples[800:].any()
