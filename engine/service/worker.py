@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.batch import Render
+from engine.heap import freeze_heap
 from engine.parallel.plan import ParallelPlan
 from engine.presets import DEFAULT_PRESET, Preset
 from engine.service.messages import (
@@ -447,6 +448,7 @@ def serve(conn, options: WorkerOptions, load=None, attach: AttachSlots = FrameSl
         conn.send(WorkerFailed(f"{exc.__class__.__name__}: {exc}"))
         return
     worker = Worker(conn, core, options, attach)
+    log.info("engine start-up's %d objects kept out of later collections", freeze_heap())
     try:
         if options.socket_dir is not None:  # open to the node's web processes before saying ready
             worker.clients.listen(options.address, options.key)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 
+from engine.heap import freeze_heap
 from server.api import avatars, catalog, control_route, ops, sessions, whip
 from server.api.body_limit import BodyLimit, route_limit
 from server.api.cors import allow_origins
@@ -80,6 +81,7 @@ def lifespan(settings: Settings, engine: Engine | None, speech: TTSBackend | Non
         manager = app.state.manager = SessionManager(settings, engine_running, metrics,
                                                      settings.session.default_quality, backend)
         manager.start()
+        freeze_heap()
         try:
             yield
         finally:
