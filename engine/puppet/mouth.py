@@ -27,7 +27,7 @@ from engine.speech.mouth_head import MouthHead, load_mouth_head
 from engine.speech.reader import BLOCK_FRAMES, SpeechReader
 from engine.speech.reader import LOOKAHEAD_FRAMES as READ_AHEAD_FRAMES
 
-LOOKAHEAD_FRAMES = BLOCK_FRAMES + READ_AHEAD_FRAMES - 1  # a block's first frame waits for the rest of it: 200 ms
+LOOKAHEAD_FRAMES = BLOCK_FRAMES + READ_AHEAD_FRAMES - 1  # a block's first frame waits for the rest of it: 160 ms
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ Where a session hears its own audio (``RedrawState.heard``, a streaming ``MouthT
 comes from what a speech encoder trained on real voices hears (``engine.speech``), not from the
 DiT's face: the DiT learnt its mouth from synthetic voices and follows a real voice little better
 than its loudness, while the encoder hears the words whoever speaks. The head, eyes and brows stay
-the DiT's. A frame's mouth comes from the audio through 200 ms past its end (the rest of the
+the DiT's. A frame's mouth comes from the audio through 160 ms past its end (the rest of the
 reader's block and its lookahead), so a redrawn session's frames wait that long for their mouths.
 
 A session also carries how much its face is talking: an envelope of the read mouth's
