@@ -27,7 +27,7 @@ from engine.speech.mouth_head import MouthHead, load_mouth_head
 from engine.speech.reader import BLOCK_FRAMES, SpeechReader
 from engine.speech.reader import LOOKAHEAD_FRAMES as READ_AHEAD_FRAMES
 
-LOOKAHEAD_FRAMES = BLOCK_FRAMES + READ_AHEAD_FRAMES - 1  # a block's first frame waits for the rest of it: 160 ms
+LOOKAHEAD_FRAMES = BLOCK_FRAMES + READ_AHEAD_FRAMES - 1  # a block's first frame waits for the rest of it: 200 ms
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ class MouthTracker:
     sample_rate: int
     fps: int = 25
     lookahead_frames: int = LOOKAHEAD_FRAMES
+    block_frames: int = BLOCK_FRAMES  # the speech reader's blocks ...
+    read_ahead_frames: int = READ_AHEAD_FRAMES  # ... and the audio past a block's end it reads them with
     frame: int = field(default=0, init=False)  # next frame to make
     heard_frames: int = field(default=0, init=False)  # frames whose audio the reader has heard
     received: int = field(default=0, init=False)  # samples pushed so far
@@ -98,7 +100,7 @@ class MouthTracker:
     def __post_init__(self) -> None:
         if self.sample_rate < 8000:
             raise ValueError(f"need at least 8 kHz audio to hear speech, got {self.sample_rate}")
-        self.reader = SpeechReader(self.fps)
+        self.reader = SpeechReader(self.fps, block_frames=self.block_frames, lookahead_frames=self.read_ahead_frames)
         if self.lookahead_frames < self.reader.wait_frames:
             raise ValueError(f"the speech reader needs {self.reader.wait_frames} frames of lookahead, "
                              f"got {self.lookahead_frames}")

@@ -11,11 +11,12 @@ Over the held-out real clips (a linear mouth read of the features, r against the
 a whole clip read at once 0.54; blocks of 4 frames with 2 frames of lookahead, 3 s windows 0.495,
 2 s windows 0.491 (for two thirds of the cost); 4 frames of lookahead buy 0.01.
 
-Blocks of 2 frames with 3 of lookahead: a block's first frame waits for 4 frames of audio past its
-end (160 ms), not the 5 of blocks of 4 with 2 (200 ms: mirror mode's mouth-to-screen latency pays
-it all), every frame is read with 3 or 4 frames of audio after it, never only 2, and the encoder
-runs twice as often. The shipped mouth head, fitted on blocks of 4, reads the real mouths alike
-from both (docs/figures.md); fitted again on blocks of 2 it reads them no better.
+Blocks of 2 frames with 3 of lookahead (what a redrawn session's heard mouth reads,
+``engine.stages.redraw``): a block's first frame waits for 4 frames of audio past its end (160 ms),
+not the 5 of blocks of 4 with 2 (200 ms: mirror mode's mouth-to-screen latency pays it all), every
+frame is read with 3 or 4 frames of audio after it, never only 2, and the encoder runs twice as
+often. The mouth head, fitted on blocks of 4, reads the real mouths about alike from both
+(docs/figures.md); fitted again on blocks of 2 it reads them no better.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import torch
 
 from engine.speech.encoder import POSITION_SAMPLES, SAMPLE_RATE, SpeechEncoder, load_encoder, log_mel
 
-BLOCK_FRAMES = 2  # one encoder pass per 80 ms of audio (10-30 ms of one core, by machine and dtype)
-LOOKAHEAD_FRAMES = 3  # audio past a block's end its window holds
+BLOCK_FRAMES = 4  # one encoder pass per 160 ms of audio (10-30 ms of one core, by machine and dtype)
+LOOKAHEAD_FRAMES = 2  # audio past a block's end its window holds
 WINDOW_SECONDS = 2.0
 END_MARGIN = 2  # samples short of a frame edge a window ends: a resampled stream lags its input by one
 

@@ -39,7 +39,7 @@ from engine.frames import PublishedFrame
 from engine.photo.latent_reader import CONTEXT, LatentMotionReader, continuous, stack_inputs, to_states
 from engine.photo.reader import MotionReader, ReferenceCrops, read_motion, reference_crops
 from engine.puppet import FaceState
-from engine.puppet.mouth import LOOKAHEAD_FRAMES, MouthTrack, MouthTracker
+from engine.puppet.mouth import MouthTrack, MouthTracker
 
 # Share of the previous frame's head pose kept per frame: reading pose from one soft frame is
 # noisier than the pose itself moves in 40 ms. The mouth and the eyelids are never smoothed.
@@ -49,8 +49,11 @@ POSE = ("yaw", "pitch", "roll", "tx", "ty")
 # its distance to 1 while speech lasts (~4 frames) and to 0 in silence (~1.3 s at 25 fps).
 SPEAKING = 0.15
 TALK_ATTACK, TALK_RELEASE = 0.25, 0.03
-# Frames of audio past a redrawn frame the heard mouth waits for: the speech reader's block and its lookahead.
-HEARD_LOOKAHEAD_FRAMES = LOOKAHEAD_FRAMES
+# The heard mouth's speech reader: blocks of 2 frames read with 3 frames of audio past them, so a
+# redrawn frame waits 160 ms past its end for its mouth (blocks of 4 with 2: 200 ms, for half the
+# encoder passes; the puppet keeps those, its sessions cost a third less).
+HEARD_BLOCK_FRAMES, HEARD_READ_AHEAD_FRAMES = 2, 3
+HEARD_LOOKAHEAD_FRAMES = HEARD_BLOCK_FRAMES + HEARD_READ_AHEAD_FRAMES - 1
 HEARD_EASE = 0.7  # share of the way to the heard mouth the drawn one moves per frame ...
 # ... and for a closing mouth's openness: lips meet in a frame or two on a p, b or m, and a closure
 # eased as slowly as an opening stops short of closed
@@ -115,7 +118,8 @@ class HeardMouth:
 
     @classmethod
     def of(cls, sample_rate: int, fps: int) -> HeardMouth:
-        return cls(MouthTracker(sample_rate, fps, lookahead_frames=HEARD_LOOKAHEAD_FRAMES))
+        return cls(MouthTracker(sample_rate, fps, lookahead_frames=HEARD_LOOKAHEAD_FRAMES,
+                                block_frames=HEARD_BLOCK_FRAMES, read_ahead_frames=HEARD_READ_AHEAD_FRAMES))
 
     @property
     def heard(self) -> int:

@@ -26,7 +26,6 @@ from engine.puppet import (
     stack_states,
 )
 from engine.puppet.mouth import LOOKAHEAD_FRAMES
-from engine.puppet.state import MOUTH_SHAPES
 from engine.puppet.visemes import REST_OPENNESS
 
 SR = 16000
@@ -144,9 +143,7 @@ def test_open_vowel_opens_the_mouth(speech: dict[str, np.ndarray]) -> None:
     track = mouth_track(speech["aa"], SR)
     voiced = track.openness > 0.3
     assert voiced.sum() >= 5 and track.openness.max() > 0.7
-    opened = track.weight("open")[voiced].mean()
-    others = [track.weight(shape)[voiced].mean() for shape in MOUTH_SHAPES if shape != "open"]
-    assert opened > 0.65 and opened > 3 * max(others), (opened, others)  # the open shape, by far
+    assert track.weight("open")[voiced].mean() > 0.7
     assert track.openness[-1] == pytest.approx(REST_OPENNESS, abs=0.01)  # espeak's trailing silence: back at rest
 
 

@@ -46,16 +46,15 @@ def test_features_do_not_depend_on_how_the_stream_was_split(voice: np.ndarray) -
 
 def test_a_block_waits_for_the_audio_past_its_end() -> None:
     reader = SpeechReader(FPS)
-    block = reader.block_frames
-    assert reader.wait_frames == block + reader.lookahead_frames - 1 == 4
-    needed = (block + reader.lookahead_frames) * SPF  # block 0 and its lookahead
+    assert reader.wait_frames == reader.block_frames + reader.lookahead_frames - 1 == 5
+    needed = (reader.block_frames + reader.lookahead_frames) * SPF  # block 0 and its lookahead
     reader.push(np.zeros(needed - 3, np.float32))
     assert not reader.ready(0)
     with pytest.raises(RuntimeError, match="needs audio"):
         reader.features(0, 1)
     reader.push(np.zeros(3, np.float32))
-    assert reader.ready(0) and reader.ready(block - 1) and not reader.ready(block)
-    assert reader.features(0, block).shape == (block, 384)
+    assert reader.ready(0) and reader.ready(3) and not reader.ready(4)
+    assert reader.features(0, 4).shape == (4, 384)
 
 
 def test_audio_heard_again_after_a_rewind_reads_as_if_it_came_straight(voice: np.ndarray) -> None:

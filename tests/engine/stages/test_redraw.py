@@ -13,12 +13,13 @@ from engine.face.rig import HEARD_JAW, READ_JAW, FaceMotion, PhotoRig, photo_mot
 from engine.frames import PublishedFrame
 from engine.photo.avatar import photo_avatar
 from engine.puppet import FaceState, get_identity, reference_image, render
-from engine.puppet.mouth import LOOKAHEAD_FRAMES, MouthTrack, MouthTracker
+from engine.puppet.mouth import MouthTrack, MouthTracker
 from engine.puppet.rig import PuppetRig
 from engine.puppet.visemes import REST_OPENNESS
 from engine.stages.redraw import (
     HEARD_CLOSE_EASE,
     HEARD_EASE,
+    HEARD_LOOKAHEAD_FRAMES,
     HeardMouth,
     Redraw,
     RedrawState,
@@ -210,7 +211,7 @@ def test_a_session_that_hears_takes_its_mouth_from_the_phones_and_keeps_the_dit_
     frames = len(voice) // SPF
     dit = FaceState(openness=0.8, wide=0.6, closed=0.0, open=1.0, yaw=0.2, blink=0.3)
     heard = HeardMouth.of(SR, FPS)
-    assert heard.lookahead == LOOKAHEAD_FRAMES * SPF
+    assert heard.lookahead == HEARD_LOOKAHEAD_FRAMES * SPF
     mouths: list[FaceState] = []
     for start in range(0, frames, 4):
         end = (start + 4) * SPF + heard.lookahead
@@ -268,7 +269,7 @@ def test_a_hearing_session_rests_its_mouth_in_silence_though_the_dit_reads_it_op
     ada = get_identity("ada")
     state = RedrawState(PuppetRig(ada, 64), reference_image(ada, 64), heard=HeardMouth.of(SR, FPS))
     wide_open = [FaceState(openness=0.9, open=1.0, closed=0.0)] * 8
-    silence = np.zeros((8 + LOOKAHEAD_FRAMES) * SPF, np.float32)
+    silence = np.zeros((8 + HEARD_LOOKAHEAD_FRAMES) * SPF, np.float32)
     (images,), (after,) = Redraw().draw([wide_open], [state], [(silence, False)])
     assert after.last is not None and after.last.openness == pytest.approx(REST_OPENNESS, abs=0.02)
     (deaf,), _ = Redraw().draw([wide_open], [RedrawState(PuppetRig(ada, 64), reference_image(ada, 64))])
@@ -283,7 +284,7 @@ def test_a_hearing_session_draws_its_first_frame_once_its_mouths_lookahead_is_in
     pipe = Pipeline.from_config("tiny").preset("fast")
     drawn, decoded = pipe.open_session(drawn=True), pipe.open_session()
     assert decoded.first_chunk_samples == pipe.first_chunk_samples
-    assert drawn.first_chunk_samples == max(pipe.first_chunk_samples, SPF + LOOKAHEAD_FRAMES * SPF)
+    assert drawn.first_chunk_samples == max(pipe.first_chunk_samples, SPF + HEARD_LOOKAHEAD_FRAMES * SPF)
     for session in (drawn, decoded):
         session.feed(np.zeros(session.first_chunk_samples - 1, np.float32))
         assert not steps_until_idle(session), "no frame before its audio is in"
@@ -307,7 +308,7 @@ def test_a_hearing_drawn_session_draws_each_frame_as_soon_as_its_mouth_is_heard(
 
     pipe = Pipeline.from_config("tiny").preset("fast")
     pcm = real_voice(3.0)
-    lookahead = LOOKAHEAD_FRAMES * SPF
+    lookahead = HEARD_LOOKAHEAD_FRAMES * SPF
     session = pipe.open_session(drawn=True)
     streamed: list[PublishedFrame] = []
     for end in range(SPF, len(pcm) + 1, SPF):
