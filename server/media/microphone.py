@@ -59,7 +59,6 @@ class SampleFifo:
         self._chunks: deque[np.ndarray] = deque()
         self._size = 0
         self.dropped = 0
-        self.pushed = 0  # samples ever pushed: whether the microphone is live
 
     def __len__(self) -> int:
         return self._size
@@ -67,7 +66,6 @@ class SampleFifo:
     def push(self, samples: np.ndarray) -> None:
         if samples.size == 0:
             return
-        self.pushed += samples.size
         self._chunks.append(samples)
         self._size += samples.size
         while self._size > self.max_samples:
