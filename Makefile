@@ -34,12 +34,12 @@ run: system-run install
 
 # Offline tests (marked by tests/conftest.py: the engine's models, evaluation, faces and training,
 # playout on a fake clock) run on two workers, one core each; the rest streams in real time,
-# serves or measures capacity live: one test at a time.
+# serves or measures capacity live: one test at a time. A test that runs 10 minutes has hung: it fails.
 test: system-test install $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q -n 2 -m 'offline and not slow'
-	$(PY) -m pytest -q -m 'not offline and not slow'
+	$(PY) -m pytest -q -n 2 -m 'offline and not slow' --timeout 600
+	$(PY) -m pytest -q -m 'not offline and not slow' --timeout 600
 
 bench: install
 	$(VENV)/bin/avatar bench --seconds 30

@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import io
 import multiprocessing
 import subprocess
 import threading
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from engine.puppet.visemes import Phone
+
+T = TypeVar("T")
 
 ESPEAK = "espeak-ng"
 DEFAULT_VOICE = "en-us"
@@ -133,6 +138,20 @@ def resample(pcm: np.ndarray, src_rate: int, rate: int) -> np.ndarray:
     return np.interp(np.arange(n) * src_rate / rate, np.arange(pcm.size), pcm).astype(np.float32)
 
 
+def forked(fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` run in a child forked for it, with the garbage collector off there: the child
+    inherits the parent's uncollected garbage, and freeing some of it in a child hangs (a PyAV
+    filter graph's slice threads were not forked with it, and freeing it waits for them)."""
+    enabled = gc.isenabled()
+    gc.disable()  # the child starts with the collector off ...
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            return pool.apply(fn, args)
+    finally:  # ... and the parent gets it back once the child is forked and done
+        if enabled:
+            gc.enable()
+
+
 def speak(text: str, voice: str = DEFAULT_VOICE, rate: int = DEFAULT_RATE, pitch: int = DEFAULT_PITCH,
           sample_rate: int | None = None) -> Speech:
     """``text`` in an espeak-ng voice with the phones it says, timed by the synthesiser's own
@@ -141,8 +160,7 @@ def speak(text: str, voice: str = DEFAULT_VOICE, rate: int = DEFAULT_RATE, pitch
     The library keeps state from one synthesis to the next (its noise generator, the voice's
     smoothing), so each runs in a fresh forked process: the same text gives the same samples,
     as the command line does, and a seeded training run is reproducible."""
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        pcm, src_rate, phones = pool.apply(_speak_phones, (text, voice, rate, pitch))
+    pcm, src_rate, phones = forked(_speak_phones, text, voice, rate, pitch)
     rate_out = sample_rate or src_rate
     return Speech(resample(pcm, src_rate, rate_out), phones, rate_out)
 

@@ -1,18 +1,20 @@
 """The engine's espeak-ng: speech of plausible length and level at the rate it says, phones in
-order inside it, the same samples for the same text, and WAV read with ``wave`` (a streamed
-header's placeholder sizes included)."""
+order inside it, synthesis in a forked child that never collects garbage, the same samples for the
+same text, and WAV read with ``wave`` (a streamed header's placeholder sizes included)."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import io
+import os
 import shutil
 import wave
 
 import numpy as np
 import pytest
 
-from engine.media.espeak import Speech, command, read_wav, resample, speak, synthesize
+from engine.media.espeak import Speech, command, forked, read_wav, resample, speak, synthesize
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 TEXT = "Please remember to water the ferns on Tuesday."  # 8 words
@@ -120,3 +122,20 @@ def test_a_noisy_voice_gives_the_same_samples_whatever_this_process_drew_before(
         libc.rand()
     again = speak("ah", "en-us+whisper", 140, 50)
     assert np.array_equal(first.pcm, again.pcm) and np.abs(first.pcm).max() > 0.01
+
+
+def _child() -> tuple[int, bool]:
+    return os.getpid(), gc.isenabled()
+
+
+def test_a_forked_child_runs_without_the_collector_and_the_parent_keeps_it() -> None:
+    assert gc.isenabled()
+    pid, collecting = forked(_child)
+    assert pid != os.getpid() and collecting is False
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        forked(_child)
+        assert not gc.isenabled(), "a parent's collector left off stays off"
+    finally:
+        gc.enable()
