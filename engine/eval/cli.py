@@ -130,8 +130,19 @@ def cmd_eval_photo(args: argparse.Namespace) -> int:
 
 def cmd_eval_real(args: argparse.Namespace) -> int:
     """``avatar eval --real``: photo avatars of real talking-head clips driven by their own audio,
-    their lip gaps against the real ones (``engine.eval.real``), on the ``fast`` preset."""
-    from engine.eval.real import REAL_DIR, evaluate_real, format_real_table, real_clips, update_real_card
+    their lip gaps against the real ones (``engine.eval.real``), on the ``fast`` preset; beside
+    them the bundled drawn avatar, in a session of the same engine and drawn by the puppet."""
+    from engine.avatars import DEFAULT_AVATAR
+    from engine.eval.real import (
+        REAL_DIR,
+        DrawnAvatar,
+        evaluate_real,
+        format_real_table,
+        real_clips,
+        update_real_card,
+    )
+    from engine.pipeline import Pipeline
+    from engine.puppet import get_identity
 
     folder = Path(args.real) if args.real else REAL_DIR
     paths = real_clips(folder)
@@ -139,8 +150,9 @@ def cmd_eval_real(args: argparse.Namespace) -> int:
         print(f"avatar eval: error: no .mp4 clips in {folder}", file=sys.stderr)
         return 2
     pipe = _pipeline(args).preset(Preset.FAST)
+    drawn = DrawnAvatar.bundled(pipe, get_identity(DEFAULT_AVATAR)) if isinstance(pipe, Pipeline) else []
     result = evaluate_real(pipe, paths, seed=args.seed, log=(lambda _: None) if args.quiet else print,
-                           sheet=Path(args.frames) if args.frames else None)
+                           sheet=Path(args.frames) if args.frames else None, drawn=drawn)
     command = (f"avatar eval --real{' ' + args.real if args.real else ''} --config {args.config} --seed {args.seed} "
                f"--threads {args.threads} --device {args.device} --mouth {args.mouth}"
                + (f" --weights {args.weights}" if args.weights else "")

@@ -14,7 +14,11 @@ mesh reads the same gap on the generated frames. Per clip:
   and its mouth head, no DiT, no face);
 * ``closures``: the share of the real mouth's short closures (the lips meeting mid-speech, as
   on p/b/m) in which the avatar's lips also close;
-* ``range``: the generated opening's range (5th to 95th percentile) over the real one's.
+* ``range``: the generated opening's range (5th to 95th percentile) over the real one's;
+* ``drawn`` and ``puppet``: r and closures of the bundled drawn avatar (``engine.avatars``) driven
+  by the same audio, its frames drawn by the model's renderer with the heard mouth (a drawn
+  session) or by the procedural engine (``engine.puppet``), its opening read off the frames by
+  the openness probe (``engine.eval.probe``; the face mesh reads photographs, not drawings).
 
 Clips named in ``HELD_OUT`` are kept out of any tuning: their figures are reported apart.
 """
@@ -22,8 +26,8 @@ Clips named in ``HELD_OUT`` are kept out of any tuning: their figures are report
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +39,15 @@ from engine.eval import metrics
 from engine.eval.envelope import loudness_envelope
 from engine.eval.mesh import MeshReader
 from engine.eval.photo import lip_openness, render_photo
+from engine.eval.probe import measure_openness
 from engine.face.checks import find_face
 from engine.face.crop import crop_box
 from engine.media.audio_io import load_audio, save_png
 from engine.photo.avatar import photo_avatar
 from engine.pipeline import Pipeline
-from engine.puppet import openness_series
+from engine.puppet import Identity, openness_series
+from engine.puppet.draw import reference_image
+from engine.puppet.engine import PuppetPipeline
 
 REAL_DIR = Path(__file__).resolve().parent / "real_mouths"
 HELD_OUT = ("katiehill", "retalk5", "radio2", "radio34", "menendez", "markey", "obama", "mead030", "retalkmin",
@@ -144,6 +151,35 @@ class Generated:
     seconds: float
 
 
+@dataclass(frozen=True)
+class DrawnAvatar:
+    """A drawn avatar scored beside the photo: ``engine.render(pcm, **options)`` draws it."""
+
+    label: str
+    engine: Pipeline | PuppetPipeline
+    identity: Identity
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def bundled(cls, pipe: Pipeline, identity: Identity) -> list[DrawnAvatar]:
+        """``identity`` drawn in a session of ``pipe`` (its mouth heard) and by the puppet engine."""
+        return [cls("drawn", pipe, identity, {"drawn": True}), cls("puppet", PuppetPipeline.from_config(), identity)]
+
+    def opening(self, clip: RealClip, seed: int = 0) -> np.ndarray:
+        """(T,) the drawn mouth's opening over ``clip``'s audio, read off the frames by the probe."""
+        frames = np.stack([f.rgb for f in self.engine.render(clip.pcm, avatar=self.identity, seed=seed,
+                                                              **self.options)])
+        return measure_openness(frames, reference_image(self.identity, frames.shape[1]))
+
+
+def score_drawn(opening: np.ndarray, real: np.ndarray) -> dict[str, Any]:
+    """r at the best lag and the real closures a drawn mouth also closes."""
+    n = min(len(opening), len(real))
+    scores = score_series(opening[:n], real[:n])
+    hits, total = closures_matched(real[:n], opening[:n], scores["lag"])
+    return {**scores, "closures": {"closed": hits, "real": total}}
+
+
 def side_by_side(clip: RealClip, real: np.ndarray, generated: np.ndarray, photo_frame: int, lag: int,
                  count: int = 6, tile: int = 128) -> np.ndarray:
     """Two rows of ``count`` tiles: the real face (cropped as the photo was) over the generated
@@ -162,7 +198,8 @@ def side_by_side(clip: RealClip, real: np.ndarray, generated: np.ndarray, photo_
     return np.concatenate([np.concatenate(top, axis=1), np.concatenate(bottom, axis=1)], axis=0)
 
 
-def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0) -> tuple[dict[str, Any], np.ndarray]:
+def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0,
+                       drawn: Sequence[DrawnAvatar] = ()) -> tuple[dict[str, Any], np.ndarray]:
     """The figures of one clip (see the module's docstring) and its side-by-side sheet."""
     real = lip_gaps(clip.frames)
     photo_frame = int(np.argmin(real))
@@ -183,38 +220,54 @@ def evaluate_real_clip(pipe: Pipeline, clip: RealClip, seed: int = 0) -> tuple[d
         "range": {"real": opening_range(real[:n]), "avatar": opening_range(generated[:n]),
                   "ratio": opening_range(generated[:n]) / max(opening_range(real[:n]), 1e-6)},
         "fps": len(frames) / seconds,
+        **{d.label: score_drawn(d.opening(clip, seed), real) for d in drawn},
     }, sheet
 
 
+DRAWN = ("drawn", "puppet")  # the drawn avatars' keys, where a clip has them
+
+
+def closure_share(closures: list[dict[str, Any]]) -> float | None:
+    real = sum(c["real"] for c in closures)
+    return sum(c["closed"] for c in closures) / real if real else None
+
+
 def summary(clips: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means over clips: r of the avatar, the envelope and the heard mouth, their ratio, closures, range."""
+    """Means over clips: r of the avatar, the envelope and the heard mouth, their ratio, closures,
+    range; r and closures of the drawn avatars."""
     if not clips:
         return {}
     mean = lambda key: float(np.mean([c[key]["r"] for c in clips]))  # noqa: E731
-    closed, real = sum(c["closures"]["closed"] for c in clips), sum(c["closures"]["real"] for c in clips)
-    return {
+    out = {
         "clips": len(clips), "avatar_r": mean("avatar"), "envelope_r": mean("envelope"), "heard_r": mean("heard"),
         "avatar_over_envelope": mean("avatar") / max(mean("envelope"), 1e-6),
-        "closures_share": closed / real if real else None,
+        "closures_share": closure_share([c["closures"] for c in clips]),
         "range_ratio": float(np.mean([c["range"]["ratio"] for c in clips])),
     }
+    for key in DRAWN:
+        if all(key in c for c in clips):
+            out[f"{key}_r"] = mean(key)
+            out[f"{key}_closures_share"] = closure_share([c[key]["closures"] for c in clips])
+    return out
 
 
 def evaluate_real(pipe: Pipeline, paths: list[Path], seed: int = 0, log: Callable[[str], None] = print,
-                  sheet: Path | None = None) -> dict[str, Any]:
+                  sheet: Path | None = None, drawn: Sequence[DrawnAvatar] = ()) -> dict[str, Any]:
     """Every clip's figures, and their means over the tuning clips and over the held-out ones;
-    with ``sheet``, a PNG of each clip's real frames over its generated ones."""
+    with ``sheet``, a PNG of each clip's real frames over its generated ones; ``drawn``: drawn
+    avatars scored beside the photo."""
     out, sheets = [], []
     t0 = time.perf_counter()
     for path in paths:
         clip = load_real_clip(path, pipe.sample_rate, pipe.fps)
-        scores, pair = evaluate_real_clip(pipe, clip, seed)
+        scores, pair = evaluate_real_clip(pipe, clip, seed, drawn)
         out.append(scores)
         sheets.append(pair)
         log(f"  {clip.name}: avatar r={scores['avatar']['r']:.3f} (lag {scores['avatar']['lag']:+d}) "
             f"envelope r={scores['envelope']['r']:.3f} heard r={scores['heard']['r']:.3f} "
             f"closures {scores['closures']['closed']}/{scores['closures']['real']} "
-            f"range x{scores['range']['ratio']:.2f}")
+            f"range x{scores['range']['ratio']:.2f}"
+            + "".join(f" {d.label} r={scores[d.label]['r']:.3f}" for d in drawn))
     if sheet is not None:
         save_png(sheet, np.concatenate(sheets, axis=0))
     return {"clips": out, "tuning": summary([c for c in out if not c["held_out"]]),
@@ -222,20 +275,27 @@ def evaluate_real(pipe: Pipeline, paths: list[Path], seed: int = 0, log: Callabl
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
 def format_real_table(result: dict[str, Any]) -> str:
-    rows = [("clip", "avatar r", "lag", "envelope r", "heard r", "closures", "range x")]
+    drawn = [k for k in DRAWN if result["clips"] and all(k in c for c in result["clips"])]
+    rows = [("clip", "avatar r", "lag", "envelope r", "heard r", "closures", "range x",
+             *(f"{k} r, closures" for k in drawn))]
     for c in result["clips"]:
         share = c["closures"]["share"]
         rows.append((c["name"] + (" (held out)" if c["held_out"] else ""), f"{c['avatar']['r']:.3f}",
                      f"{c['avatar']['lag']:+d}", f"{c['envelope']['r']:.3f}", f"{c['heard']['r']:.3f}",
                      f"{c['closures']['closed']}/{c['closures']['real']}" + ("" if share is None else f" {share:.0%}"),
-                     f"{c['range']['ratio']:.2f}"))
+                     f"{c['range']['ratio']:.2f}",
+                     *(f"{c[k]['r']:.3f} {c[k]['closures']['closed']}/{c[k]['closures']['real']}" for k in drawn)))
     for key in ("tuning", "held_out"):
         s = result[key]
         if s:
             rows.append((f"mean, {key.replace('_', ' ')}", f"{s['avatar_r']:.3f}", "", f"{s['envelope_r']:.3f}",
-                         f"{s['heard_r']:.3f}", "-" if s["closures_share"] is None else f"{s['closures_share']:.0%}",
-                         f"{s['range_ratio']:.2f}"))
+                         f"{s['heard_r']:.3f}", _share(s["closures_share"]), f"{s['range_ratio']:.2f}",
+                         *(f"{s[f'{k}_r']:.3f} {_share(s[f'{k}_closures_share'])}" for k in drawn)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
 
@@ -248,7 +308,10 @@ def update_real_card(path: Path, result: dict[str, Any], command: str) -> None:
     per_clip = {c["name"]: {"avatar_r": round(c["avatar"]["r"], 3), "lag": c["avatar"]["lag"],
                             "envelope_r": round(c["envelope"]["r"], 3), "heard_r": round(c["heard"]["r"], 3),
                             "closures": f"{c['closures']['closed']}/{c['closures']['real']}",
-                            "range_ratio": round(c["range"]["ratio"], 2), "held_out": c["held_out"]}
+                            "range_ratio": round(c["range"]["ratio"], 2), "held_out": c["held_out"],
+                            **{f"{k}_r": round(c[k]["r"], 3) for k in DRAWN if k in c},
+                            **{f"{k}_closures": f"{c[k]['closures']['closed']}/{c[k]['closures']['real']}"
+                               for k in DRAWN if k in c}}
                 for c in result["clips"]}
     card.setdefault("evaluation", {})["real_mouths"] = {
         "clips": per_clip, "tuning": result["tuning"], "held_out": result["held_out"], "max_lag": result["max_lag"],

@@ -1,23 +1,34 @@
 """Lip sync against real mouths: the real clips load with their audio, the face mesh reads a
-talking mouth on them, and the closure and lag scores count what they say they count."""
+talking mouth on them, the closure and lag scores count what they say they count, and the drawn
+avatars' mouths, read off their frames, follow a real speaker better than loudness does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from engine.avatars import DEFAULT_AVATAR
 from engine.eval.envelope import loudness_envelope
 from engine.eval.real import (
     HELD_OUT,
     REAL_DIR,
+    DrawnAvatar,
     best_lag,
     closures,
     closures_matched,
+    format_real_table,
     lip_gaps,
     load_real_clip,
     opening_range,
     real_clips,
+    score_drawn,
+    score_series,
+    summary,
 )
-from engine.puppet import openness_series
+from engine.pipeline import Pipeline
+from engine.presets import Preset
+from engine.puppet import get_identity, openness_series
 
 SR, FPS = 16000, 25
 
@@ -72,3 +83,29 @@ def test_the_envelope_follows_loudness_not_words() -> None:
     env = loudness_envelope(hum, SR, FPS)
     assert env.shape == (50,) and env[5:].min() > 0.8  # what a loudness-driven mouth would do: open wide
     assert loudness_envelope(np.zeros(SR, np.float32), SR, FPS).max() == 0.0
+
+
+def test_the_drawn_avatars_mouths_follow_a_real_speaker_better_than_loudness() -> None:
+    whole = load_real_clip(REAL_DIR / "retalk3.mp4", SR, FPS)
+    clip = dataclasses.replace(whole, frames=whole.frames[:150], pcm=whole.pcm[:150 * SR // FPS])  # 6 s
+    real = lip_gaps(clip.frames)
+    envelope = score_series(loudness_envelope(clip.pcm, SR, FPS), real)["r"]
+    drawn = DrawnAvatar.bundled(Pipeline.from_config("tiny").preset(Preset.FAST), get_identity(DEFAULT_AVATAR))
+    assert [d.label for d in drawn] == ["drawn", "puppet"]
+    scores = {}
+    for avatar in drawn:
+        opening = avatar.opening(clip)
+        assert len(opening) == len(real) and opening.max() - opening.min() > 0.2  # a talking drawn mouth
+        scores[avatar.label] = score_drawn(opening, real)
+        assert scores[avatar.label]["r"] > envelope + 0.1, (avatar.label, scores[avatar.label], envelope)
+        assert abs(scores[avatar.label]["lag"]) <= 2
+        assert scores[avatar.label]["closures"]["real"] >= 1
+    still = score_drawn(np.full(len(real), 0.3), real)  # a mouth that never moves
+    assert still["closures"]["closed"] == 0
+    row = {"name": "retalk3", "held_out": False, "avatar": {"r": 0.6, "lag": 0}, "envelope": {"r": envelope, "lag": 0},
+           "heard": {"r": 0.6, "lag": 0}, "closures": {"closed": 1, "real": 2, "share": 0.5},
+           "range": {"ratio": 1.0}, **scores}
+    means = summary([row])
+    assert means["drawn_r"] == scores["drawn"]["r"] and means["puppet_r"] == scores["puppet"]["r"]
+    table = format_real_table({"clips": [row], "tuning": means, "held_out": {}})
+    assert "puppet r, closures" in table and f"{scores['puppet']['r']:.3f}" in table
