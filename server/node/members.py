@@ -83,9 +83,12 @@ class WebProcesses:
         self._followers[backend.node] = asyncio.create_task(self._follow(backend), name=f"follow-{backend.node}")
 
     async def _follow(self, backend: Backend) -> None:
+        """Ask ``backend`` for its reports while it is the web process of its name: a follower whose
+        process was replaced (a cancellation lost in ``wait_for``'s race, before Python 3.12) stops
+        rather than lose the new process under the same name."""
         silent = 0
         started = time.monotonic()
-        while True:
+        while self.nodes.get(backend.node) is backend:
             asked = time.monotonic()
             try:
                 answer = await self._http.get(backend.address + REPORT_PATH)
@@ -96,7 +99,9 @@ class WebProcesses:
             except (httpx.HTTPError, ValueError, TypeError) as exc:
                 silent += 1 if backend.reports or time.monotonic() - started > START_TIMEOUT_S else 0
                 if silent >= SILENT_REPORTS:
-                    self.lose(backend.node, f"it did not answer {silent} reports in a row ({exc.__class__.__name__})")
+                    if self.nodes.get(backend.node) is backend:
+                        self.lose(backend.node,
+                                  f"it did not answer {silent} reports in a row ({exc.__class__.__name__})")
                     return
                 await asyncio.sleep(self.report_s)
                 continue

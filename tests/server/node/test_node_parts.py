@@ -3,13 +3,15 @@ process's metrics, and the web processes as the front follows them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.node.members import WebProcesses
 from server.node.metrics import merged_metrics
-from server.node.supervisor import port_share
+from server.node.supervisor import free_port, port_share
 
 
 def test_each_web_process_gets_its_own_ports():
@@ -49,6 +51,25 @@ async def test_a_lost_web_process_takes_its_sessions_out_of_routing():
     assert b.lost.is_set() and not b.alive and b.error == "its process exited with -9"
     assert members.holder("s_b") is None and members.holder("s_a") is a
     assert [m.node for m in members.listing()] == ["web-0", "web-1"]  # still listed, with its error
+
+
+async def test_a_replaced_web_process_follower_leaves_the_new_process_alone():
+    members = WebProcesses(report_s=0.01, report_timeout_s=0.5)
+    runs = asyncio.create_task(members.run())
+    try:
+        old = members.add("web-1", f"http://127.0.0.1:{free_port()}")  # nothing answers there now
+        old.reports = 5  # it had served
+        await asyncio.sleep(0)
+        members.lose("web-1", "its process exited with -9")
+        stray = asyncio.create_task(members._follow(old))  # as when a cancellation is lost
+        new = members.add("web-1", f"http://127.0.0.1:{free_port()}")  # the new process, still importing
+        await asyncio.wait_for(stray, 5)
+        assert members.nodes["web-1"] is new and new.error is None and not new.lost.is_set()
+        assert not members._followers["web-1"].done()  # the new process is still followed
+        assert old.error == "its process exited with -9"
+    finally:
+        runs.cancel()
+        await asyncio.gather(runs, return_exceptions=True)
 
 
 def test_a_new_session_goes_to_the_web_process_with_fewest_sessions_that_has_room():
