@@ -107,6 +107,7 @@ async def test_a_full_worker_refuses_the_web_process_that_asks_last(node):
     owner, guest = node
     a, b = await guest(), await guest()
     assert owner.workers()[0].capacity == 1
+    await until(lambda: a.workers()[0].capacity == 1)  # a's view too: its first report may come later
     first = await a.open(SessionSpec())
     await until(lambda: owner.workers()[0].stats.sessions == 1)
     b.links[0].stats = dataclasses.replace(b.links[0].stats, capacity=1)  # as if b's last report predated a's open
