@@ -78,12 +78,13 @@ def frame_bounds(n_frames: int, sample_rate: int, fps: int, first: int = 0) -> t
 @dataclass
 class MouthTracker:
     """Streaming ``mouth_track``: ``push`` audio in pieces of any length, get each frame once the
-    audio ``lookahead_frames`` past it is in (at least what the speech reader's block needs);
-    ``close`` ends the stream and returns what is left (the last partial frame zero-padded)."""
+    audio ``lookahead_frames`` past it is in (at least, and by default, what the speech reader's
+    block and read-ahead need); ``close`` ends the stream and returns what is left (the last
+    partial frame zero-padded)."""
 
     sample_rate: int
     fps: int = 25
-    lookahead_frames: int = LOOKAHEAD_FRAMES
+    lookahead_frames: int | None = None  # None: what the reader waits for
     block_frames: int = BLOCK_FRAMES  # the speech reader's blocks ...
     read_ahead_frames: int = READ_AHEAD_FRAMES  # ... and the audio past a block's end it reads them with
     frame: int = field(default=0, init=False)  # next frame to make
@@ -101,6 +102,8 @@ class MouthTracker:
         if self.sample_rate < 8000:
             raise ValueError(f"need at least 8 kHz audio to hear speech, got {self.sample_rate}")
         self.reader = SpeechReader(self.fps, block_frames=self.block_frames, lookahead_frames=self.read_ahead_frames)
+        if self.lookahead_frames is None:
+            self.lookahead_frames = self.reader.wait_frames
         if self.lookahead_frames < self.reader.wait_frames:
             raise ValueError(f"the speech reader needs {self.reader.wait_frames} frames of lookahead, "
                              f"got {self.lookahead_frames}")

@@ -118,8 +118,8 @@ class HeardMouth:
 
     @classmethod
     def of(cls, sample_rate: int, fps: int) -> HeardMouth:
-        return cls(MouthTracker(sample_rate, fps, lookahead_frames=HEARD_LOOKAHEAD_FRAMES,
-                                block_frames=HEARD_BLOCK_FRAMES, read_ahead_frames=HEARD_READ_AHEAD_FRAMES))
+        return cls(MouthTracker(sample_rate, fps, block_frames=HEARD_BLOCK_FRAMES,
+                                read_ahead_frames=HEARD_READ_AHEAD_FRAMES))
 
     @property
     def heard(self) -> int:
