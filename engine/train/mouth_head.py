@@ -6,8 +6,9 @@ repeatable; only sums are kept, so memory does not grow with the clips.
 Phones say what a mouth does only through a map set by hand. Real people talking, with their lip
 gap read by the face mesh, teach the opening as real mouths make it: ``--real-lips`` adds the
 videos of a folder (``engine/train/real_lips/SOURCES.md`` lists the ones the shipped head saw,
-none of them a speaker ``avatar eval --real`` scores), each frame counting ``--real-weight``
-synthetic ones.
+none of them a speaker ``avatar eval --real`` scores), each heard as recorded and as
+``--real-copies`` other microphones and voices would give it (``heard_copy``), each frame counting
+``--real-weight`` synthetic ones over all its copies.
 
     python -m engine.train.mouth_head --clips 330 --real-lips DIR
 """
@@ -15,6 +16,7 @@ synthetic ones.
 from __future__ import annotations
 
 import argparse
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.media.espeak import resample
 from engine.puppet.mouth import phone_track
 from engine.speech.encoder import SAMPLE_RATE
 from engine.speech.mouth_head import HEAD_FILE, MouthHead
@@ -30,9 +33,10 @@ from engine.speech.reader import SpeechReader
 CLIP_SEED = 10_000  # clip k is generated from seed CLIP_SEED + k
 CLIP_SECONDS = 8.0
 RIDGE = 100.0  # on standardised features; 10 to 1000 read held-out real mouths alike
-# A real frame counts as this many synthetic ones: 21 clips (4 min) beside 330 (44 min). Chosen on
-# the tuning clips of ``avatar eval --real``, which read 2 to 5 alike.
-REAL_WEIGHT = 3.0
+# A real frame, over all its copies, counts as this many synthetic ones: 33 clips (7.5 min) beside
+# 330 (44 min). Chosen on the tuning clips of ``avatar eval --real``, which read 5 to 12 alike.
+REAL_WEIGHT = 8.0
+REAL_COPIES = 4  # perturbed copies of each real clip beside the clip as recorded
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
 
@@ -140,15 +144,54 @@ def real_lip_pair(features: np.ndarray, gap: np.ndarray, synthetic: MouthHead,
     return features[at + lag][face], targets[face]
 
 
-def real_lip_clip(path: Path, fps: int = 25, max_seconds: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
-    """A video's (features, lip gap) per frame: its audio read as a stream, its frames by the face mesh."""
+def heard_copy(rng: np.random.Generator, pcm: np.ndarray, gap: np.ndarray, warped: bool,
+               fps: int = 25) -> tuple[np.ndarray, np.ndarray]:
+    """A real clip's 16 kHz audio as another microphone and room would give it (reverb, noise, a
+    narrow band, the Opus round trip, each by chance), and if ``warped`` another voice (sped up
+    or slowed, pitch and vocal tract with it), with its per-frame lip gap kept in time."""
+    from engine.train import augment
+
+    n = len(gap)
+    pcm = np.asarray(pcm[: n * SAMPLE_RATE // fps], np.float32)
+    if warped:  # played ``factor`` faster: frame j of the copy shows the lips at the original's j * factor
+        factor = rng.uniform(*augment.WARP)
+        pcm = resample(pcm, int(round(SAMPLE_RATE * factor)), SAMPLE_RATE)
+        at = np.arange(len(pcm) * fps // SAMPLE_RATE) * factor
+        face = ~np.isnan(gap)
+        warped_gap = np.interp(at, np.flatnonzero(face), gap[face]) if face.any() else np.full(len(at), np.nan)
+        warped_gap[~face[np.rint(at).astype(int).clip(0, n - 1)]] = np.nan
+        gap = warped_gap
+    for share, perturb in ((0.5, lambda x: augment.reverb(rng, x, SAMPLE_RATE)), (0.5, lambda x: augment.noise(rng, x)),
+                           (0.4, lambda x: augment.band(rng, x, SAMPLE_RATE)),
+                           (0.5, lambda x: augment.opus(rng, x, SAMPLE_RATE))):
+        if rng.random() < share:
+            pcm = perturb(pcm)
+    return pcm, gap
+
+
+def heard_features(pcm: np.ndarray, frames: int, fps: int = 25) -> np.ndarray:
+    """(frames, width) features of 16 kHz audio read as a stream."""
+    reader = SpeechReader(fps)
+    reader.push(pcm[: frames * SAMPLE_RATE // fps])
+    return reader.features(0, frames, final=True)
+
+
+def real_lip_clip(path: Path, copies: int = 0, fps: int = 25,
+                  max_seconds: float = 60.0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A video's (features, lip gap) per frame, its audio read as a stream and its frames by the
+    face mesh: as recorded, then ``copies`` times as ``heard_copy`` perturbs it (every other copy
+    warped). The copies are drawn from the file's name, so a fit is repeatable."""
     from engine.eval.real import lip_gaps, load_real_clip
 
     clip = load_real_clip(path, SAMPLE_RATE, fps)
     frames = clip.frames[: int(max_seconds * fps)]
-    reader = SpeechReader(fps)
-    reader.push(clip.pcm[: len(frames) * SAMPLE_RATE // fps])
-    return reader.features(0, len(frames), final=True), lip_gaps(frames)
+    gap = lip_gaps(frames)
+    heard = [(heard_features(clip.pcm, len(frames), fps), gap)]
+    rng = np.random.default_rng(zlib.crc32(path.stem.encode()))
+    for k in range(1, copies + 1):
+        pcm, copy_gap = heard_copy(rng, clip.pcm, gap, warped=k % 2 == 0, fps=fps)
+        heard.append((heard_features(pcm, len(copy_gap), fps), copy_gap))
+    return heard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(HEAD_FILE))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--real-lips", type=Path, help="a folder of videos of real people talking")
-    p.add_argument("--real-weight", type=float, default=REAL_WEIGHT)
+    p.add_argument("--real-weight", type=float, default=REAL_WEIGHT, help="of a real frame, over all its copies")
+    p.add_argument("--real-copies", type=int, default=REAL_COPIES)
     args = p.parse_args(argv)
     videos = []
     if args.real_lips:
@@ -170,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     sums = sums_of(clip_pair(*training_clip(k)) for k in range(args.clips))
     if videos:
         synthetic, openness = sums.solve(), sums.spread(0)
-        real = sums_of(real_lip_pair(*real_lip_clip(v), synthetic, openness) for v in videos)
+        real = sums_of(real_lip_pair(features, gap, synthetic, openness)
+                       for v in videos for features, gap in real_lip_clip(v, args.real_copies))
         if not real.n:
             p.error(f"no face in any video of {args.real_lips}")
-        sums = sums.merged(real, args.real_weight)
+        sums = sums.merged(real, args.real_weight / (1 + args.real_copies))
     sums.solve().save(args.out)
     print(f"mouth head fitted on {args.clips} clips and {len(videos)} real videos -> {args.out}")
     return 0

@@ -99,3 +99,27 @@ def test_a_real_lips_folder_without_videos_is_refused_in_one_line(tmp_path, caps
     with pytest.raises(SystemExit) as done:
         main(["--clips", "1", "--real-lips", str(tmp_path / "nowhere")])
     assert done.value.code == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_a_heard_copy_keeps_the_lips_in_time_with_its_audio() -> None:
+    """Bursts of a tone where the lips are apart: in every copy, warped or not, the loud frames
+    are the frames whose gap is open, and frames the face mesh lost stay lost."""
+    from engine.train.mouth_head import heard_copy
+
+    fps, frames = 25, 150
+    spf = 16000 // fps
+    gap = np.full(frames, 0.02)
+    for start in range(10, frames - 20, 23):
+        gap[start:start + 8] = 0.3
+    gap[100:103] = np.nan
+    t = np.arange(frames * spf) / 16000
+    pcm = (0.3 * np.sin(2 * np.pi * 220 * t) * np.repeat(np.nan_to_num(gap, nan=0.02) > 0.1, spf)).astype(np.float32)
+    rng = np.random.default_rng(3)
+    for warped in (False, True, True):
+        copy, copy_gap = heard_copy(rng, pcm, gap, warped)
+        n = len(copy_gap)
+        assert abs(len(copy) / spf - n) < 1 and (n == frames) != warped
+        loud = np.sqrt(np.mean(copy[: n * spf].reshape(n, spf) ** 2, axis=1))
+        face = ~np.isnan(copy_gap)
+        assert np.corrcoef(loud[face], copy_gap[face])[0, 1] > 0.8
+        assert 0 < (~face).sum() <= 4
