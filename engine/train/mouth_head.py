@@ -42,10 +42,7 @@ VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
 def clip_pair(pcm: np.ndarray, truth: np.ndarray, fps: int = 25) -> tuple[np.ndarray, np.ndarray]:
     """(features, targets) of 16 kHz speech whose per-frame truth (T, 5) is known, read as a stream."""
-    reader = SpeechReader(fps)
-    reader.push(pcm)
-    features = reader.features(0, len(truth), final=True)
-    return features, truth
+    return heard_features(pcm, len(truth), fps), truth
 
 
 def training_clip(index: int, fps: int = 25) -> tuple[np.ndarray, np.ndarray]:
